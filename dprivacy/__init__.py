@@ -1,6 +1,17 @@
-"""dprivacy: design d_X-private mechanisms for linear queries by optimisation."""
+"""dprivacy: design d_X-private mechanisms for linear queries by optimisation.
 
-from dprivacy import errors
+The privacy budget follows a metric d_X on the data universe: eps_ij = d_X(chi_i, chi_j) bounds the
+privacy loss of moving one record from element i to element j (Definition 2).
+"""
 
-__all__ = ["errors"]
+from dprivacy import errors, metrics, noise
+from dprivacy.design import LOSSES, METHODS, Design, design, improvement_factor
+from dprivacy.mechanisms import DXLaplace, Laplace
+from dprivacy.universe import Universe
+from dprivacy.workload import Workload
+
+__all__ = [
+    "LOSSES", "METHODS", "DXLaplace", "Design", "Laplace", "Universe", "Workload", "design",
+    "errors", "improvement_factor", "metrics", "noise",
+]
 __version__ = "0.1.0"

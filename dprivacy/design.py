@@ -1,0 +1,208 @@
+"""From metric and workload to a solved design (w, beta), and the improvement factor.
+
+``design(W, U, M, method, loss)`` builds the constraint set {(i, j, eps_ij)} of problem (4) — all
+pairs, or only the edges of a graph metric (spec §9.2) — and hands it to :mod:`solvers`.  The
+privacy condition of every design is Theorem 1: sum_k beta_k w_k |F_ki - F_kj| <= eps_ij.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+import solvers
+from dprivacy.errors import (
+    InfeasibleDesignError,
+    PrivacyViolationError,
+    ShapeError,
+    ValidationError,
+)
+from dprivacy.metrics.base import Metric
+from dprivacy.universe import Universe
+from dprivacy.workload import Workload
+
+if TYPE_CHECKING:
+    from solvers import ConstraintSet
+
+METHODS = ("closed_form", "equal_split", "uniform", "budget_sharing", "bcd", "exact")
+LOSSES = ("squared", "absolute", "max", "log")
+#: Relative tolerance on the privacy condition (spec DESIGN §5: 1e-9).
+PRIVACY_RTOL = 1e-9
+
+
+@dataclass(frozen=True, eq=False)
+class Design:
+    """A solved parameter set: per-query scaling ``w`` and noise precision ``beta`` (shape (m,)).
+
+    The Laplace noise scale of query k is ``1 / beta[k]`` (``beta = inf`` means an exact answer);
+    ``u = w * beta`` alone determines privacy (spec §9.1).  ``constraints`` is the constraint set
+    the design was solved and verified against (kept for mechanisms to re-check; not compared).
+    """
+
+    w: np.ndarray
+    beta: np.ndarray
+    method: str = "manual"
+    loss: str = "squared"
+    objective: float = float("nan")
+    report: Mapping[str, Any] = field(default_factory=dict)
+    constraints: ConstraintSet | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        w = np.atleast_1d(np.array(self.w, dtype=float))
+        beta = np.atleast_1d(np.array(self.beta, dtype=float))
+        if w.ndim != 1 or beta.shape != w.shape:
+            raise ShapeError(f"w {w.shape} and beta {beta.shape} must be vectors of one length m")
+        if not np.all(np.isfinite(w)) or np.any(w < 0):
+            raise ValidationError(f"w = {w}: scalings must be finite and >= 0")
+        if np.any(np.isnan(beta)) or np.any(beta < 0):
+            raise ValidationError(f"beta = {beta}: precisions must be >= 0 (inf = exact answer)")
+        for a in (w, beta):
+            a.setflags(write=False)
+        object.__setattr__(self, "w", w)
+        object.__setattr__(self, "beta", beta)
+        object.__setattr__(self, "report", dict(self.report))
+
+    @property
+    def m(self) -> int:
+        return int(self.w.shape[0])
+
+    @property
+    def u(self) -> np.ndarray:
+        """u = w * beta, the effective precision that fixes the privacy loss (spec §9.1)."""
+        with np.errstate(invalid="ignore"):
+            u = self.w * self.beta
+        return np.where(self.w == 0, 0.0, u)  # 0 * inf = 0: a zero-weight query reveals nothing
+
+    @property
+    def noise_scale(self) -> np.ndarray:
+        """Laplace scale 1 / beta_k of each query (0 where beta is infinite)."""
+        with np.errstate(divide="ignore"):
+            return np.where(np.isinf(self.beta), 0.0, 1.0 / self.beta)
+
+    def max_ratio(self, workload: Workload, constraints: ConstraintSet | None = None) -> float:
+        """max over constrained pairs of sum_k u_k |F_ki - F_kj| / eps_ij (<= 1 means private)."""
+        cs = constraints if constraints is not None else self.constraints
+        if cs is None:
+            raise PrivacyViolationError(
+                "this design carries no constraint set: pass the universe and metric so that its "
+                "privacy condition can be checked"
+            )
+        if workload.m != self.m:
+            raise ShapeError(f"the design has m = {self.m} queries, the workload m = {workload.m}")
+        return float(cs.scan(workload.F, self.u).max_ratio)
+
+    def verify(self, workload: Workload, constraints: ConstraintSet | None = None,
+               rtol: float = PRIVACY_RTOL) -> float:
+        """Check Theorem 1 over all constrained pairs; return the max ratio or raise."""
+        cs = constraints if constraints is not None else self.constraints
+        ratio = self.max_ratio(workload, cs)
+        if not ratio <= 1 + rtol:
+            worst = cs.scan(workload.F, self.u, k=1)
+            raise PrivacyViolationError(
+                f"privacy condition broken: pair {worst.worst} loses {ratio:.9g} x its budget "
+                f"(allowed 1 + {rtol:g})"
+            )
+        return ratio
+
+
+def _solver_error(exc: Exception, universe: Universe) -> InfeasibleDesignError:
+    return InfeasibleDesignError(f"{exc} (universe of N = {universe.N}; see spec §9.3)")
+
+
+def design(
+    workload: Workload, universe: Universe, metric: Metric, method: str = "exact",
+    loss: str = "squared", n: int | None = None, **options: Any,
+) -> Design:
+    """Choose (w, beta) for ``workload`` under the budget ``metric`` on ``universe``.
+
+    Parameters
+    ----------
+    workload : Workload
+        The m linear queries, F of shape (m, N).
+    universe, metric :
+        The budget eps_ij = d_X(chi_i, chi_j).  Graph-type metrics are solved on their edges.
+    method : {"closed_form", "equal_split", "uniform", "budget_sharing", "bcd", "exact"}
+        ``closed_form`` is the single-query optimum of spec §3.8 (beta = min eps_ij / |f_i - f_j|);
+        ``equal_split``, ``uniform`` and ``budget_sharing`` are Strategies 1-3 (Algorithm 3);
+        ``bcd`` the paper's block coordinate descent; ``exact`` the convex program in u (§9.1).
+    loss : {"squared", "absolute", "max", "log"}
+    n : int, optional
+        Number of records (public under bounded DP); enables the optimal shrinkage w (§9.1).
+    **options : passed to :func:`solvers.design` (``memory_bytes``, ``tol``, ``progress``, ...).
+
+    Returns
+    -------
+    Design, verified over all constrained pairs: sum_k u_k |F_ki - F_kj| <= eps_ij.
+
+    Examples
+    --------
+    >>> import numpy as np, dprivacy as dp
+    >>> U = dp.Universe.from_points(np.array([[0.0, 0.0], [1.0, 0.0], [3.0, 0.0]]))
+    >>> d = dp.design(dp.Workload([[0.0, 1.0, 2.0]]), U, dp.metrics.Euclidean(1.0),
+    ...               method="closed_form")
+    >>> float(d.beta[0])
+    1.0
+    """
+    if not isinstance(workload, Workload):
+        workload = Workload(workload)
+    if method not in METHODS:
+        raise ValidationError(f"method = {method!r}: choose one of {', '.join(METHODS)}")
+    if loss not in LOSSES:
+        raise ValidationError(f"loss = {loss!r}: choose one of {', '.join(LOSSES)}")
+    if method == "closed_form" and workload.m != 1:
+        raise ValidationError(
+            f"method='closed_form' is the single-query optimum but the workload has m = "
+            f"{workload.m} queries; use 'exact' or a multi-query strategy"
+        )
+    if n is not None and (int(n) != n or n < 0):
+        raise ValidationError(f"n = {n}: the number of records is a non-negative integer")
+    workload.check_universe(universe)
+    cs = metric.constraint_set(universe)
+    try:
+        res = solvers.design(workload.F, cs, method=method, loss=loss, n=n, **options)
+    except solvers.InfeasibleError as exc:
+        raise _solver_error(exc, universe) from exc
+    except solvers.SolverError as exc:
+        raise ValidationError(str(exc)) from exc
+    report = dict(res.report)
+    report.setdefault("metric", repr(metric))
+    d = Design(res.w, res.beta, method=res.method, loss=res.loss, objective=float(res.objective),
+               report=report, constraints=cs)
+    d.verify(workload)
+    return d
+
+
+def improvement_factor(
+    workload: Workload, universe: Universe, metric: Metric, design: Design, *,
+    per_query: bool = False,
+) -> float | np.ndarray:
+    """The paper's improvement factor IF (spec §3.9-§3.10): baseline noise / designed noise.
+
+    The baseline is the eps_min-DP Laplace mechanism, scale Delta F / eps_min on every query;
+    query k of the design has scale 1 / beta_k, so IF_k = beta_k Delta F / eps_min.  For m = 1
+    this is beta* Delta f / eps_min >= 1; for m > 1 the geometric mean over queries is returned
+    (queries answered exactly, beta_k = inf, are left out of the mean).  ``per_query=True``
+    returns the vector IF_k.  eps_min is taken over pairs of positive distance (zero-distance
+    elements are indistinguishable, i.e. merged, spec §9.3).
+    """
+    workload.check_universe(universe)
+    if design.m != workload.m:
+        raise ShapeError(f"the design has m = {design.m} queries, the workload m = {workload.m}")
+    eps_min = metric.eps_min(universe)
+    dF = workload.sensitivity()
+    if not np.isfinite(eps_min):
+        raise ValidationError("no pair is constrained (eps_min = inf): IF is undefined")
+    if dF == 0:
+        raise ValidationError("every query is constant (Delta F = 0): IF is undefined (0/0)")
+    per = design.beta * dF / eps_min
+    if per_query:
+        return per
+    finite = per[np.isfinite(per)]
+    if finite.size == 0:
+        return float("inf")
+    if np.any(finite == 0):
+        return 0.0
+    return float(np.exp(np.mean(np.log(finite))))

@@ -1,0 +1,250 @@
+"""The data universe X = {chi_1, ..., chi_N} (spec §1.1) and histograms of records over it.
+
+A :class:`Universe` is an ordered table of N distinct elements.  Each element is a complete tuple of
+attribute values (spec §1.1, "every element is a complete tuple") and/or a point with coordinates.
+Records (rows of a pandas DataFrame) are mapped to elements through the universe's *key columns*,
+and a database of n records becomes the histogram x in N^N with ||x||_1 = n.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from dprivacy.errors import ShapeError, UnknownRecordError, ValidationError
+
+OnUnknown = Literal["raise", "drop"]
+
+
+def _coordinate_names(d: int) -> tuple[str, ...]:
+    return ("x", "y") if d == 2 else tuple(f"x{k}" for k in range(d))
+
+
+@dataclass(frozen=True, eq=False)
+class Universe:
+    """An ordered data universe of N elements.
+
+    Build it with :meth:`from_points`, :meth:`from_dataframe` or :meth:`from_domains`; the
+    constructor only validates.
+
+    Attributes
+    ----------
+    elements : pandas.DataFrame
+        One row per element, in universe order (index 0..N-1).
+    key_columns : tuple of str
+        The columns of ``elements`` (and of record tables) that identify an element.
+    coords : numpy.ndarray or None
+        (N, d) coordinates of the elements when the universe is a point set, else None.
+    domains : dict or None
+        For a cartesian-product universe, the value list of each attribute.
+    """
+
+    elements: pd.DataFrame
+    key_columns: tuple[str, ...]
+    coords: np.ndarray | None = None
+    domains: Mapping[str, tuple] | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.elements, pd.DataFrame):
+            raise ValidationError("Universe.elements must be a pandas DataFrame")
+        if len(self.elements) == 0:
+            raise ValidationError("a universe needs at least one element")
+        missing = [c for c in self.key_columns if c not in self.elements.columns]
+        if missing:
+            raise ValidationError(f"key columns {missing} are not columns of the elements table")
+        if self.elements[list(self.key_columns)].duplicated().any():
+            dup = self.elements[self.elements[list(self.key_columns)].duplicated()].head(3)
+            raise ValidationError(
+                f"universe elements must be distinct; duplicated keys, e.g.\n{dup.to_string()}"
+            )
+        if self.coords is not None:
+            c = np.asarray(self.coords)
+            if c.ndim != 2 or c.shape[0] != len(self.elements):
+                raise ShapeError(
+                    f"coords has shape {c.shape}; expected ({len(self.elements)}, d)"
+                )
+            if not np.all(np.isfinite(c)):
+                bad = np.argwhere(~np.isfinite(c))[0]
+                raise ValidationError(
+                    f"coords[{bad[0]}, {bad[1]}] = {c[bad[0], bad[1]]}: coordinates must be finite"
+                )
+            c = np.array(c, dtype=float, copy=True)
+            c.setflags(write=False)
+            object.__setattr__(self, "coords", c)
+
+    # ------------------------------------------------------------------ builders
+    @classmethod
+    def from_points(
+        cls, coords: np.ndarray, names: Sequence[str] | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> Universe:
+        """A universe of N points with coordinates ``coords`` of shape (N, d).
+
+        Records are matched by ``name`` when names are given, else by the coordinate columns
+        (``x``, ``y`` in 2-D; ``x0``, ``x1``, ... otherwise, or ``columns``).
+
+        Examples
+        --------
+        >>> U = Universe.from_points([[0, 0], [3, 4]], names=["a", "b"])
+        >>> U.N
+        2
+        """
+        c = np.asarray(coords, dtype=float)
+        if c.ndim == 1:
+            c = c[:, None]
+        if c.ndim != 2:
+            raise ShapeError(f"coords must be an (N, d) array, got shape {c.shape}")
+        if not np.all(np.isfinite(c)):
+            bad = np.argwhere(~np.isfinite(c))[0]
+            raise ValidationError(
+                f"coords[{bad[0]}, {bad[1]}] = {c[bad[0], bad[1]]}: coordinates must be finite"
+            )
+        cols = tuple(columns) if columns is not None else _coordinate_names(c.shape[1])
+        if len(cols) != c.shape[1]:
+            raise ShapeError(f"{len(cols)} column names for {c.shape[1]}-D coordinates")
+        df = pd.DataFrame(c, columns=list(cols))
+        if names is not None:
+            names = list(names)
+            if len(names) != len(df):
+                raise ShapeError(f"{len(names)} names for {len(df)} points")
+            df.insert(0, "name", names)
+            keys: tuple[str, ...] = ("name",)
+        else:
+            keys = cols
+        return cls(df, keys, coords=c)
+
+    @classmethod
+    def from_dataframe(
+        cls, df: pd.DataFrame, columns: Sequence[str], coords: Sequence[str] | None = None
+    ) -> Universe:
+        """The distinct tuples of ``df[columns]`` (in order of first appearance) as elements.
+
+        ``coords`` optionally names numeric columns of the distinct elements used as coordinates
+        (they must be functions of ``columns``).
+        """
+        columns = list(columns)
+        missing = [c for c in columns if c not in df.columns]
+        if missing:
+            raise ValidationError(f"columns {missing} are not in the DataFrame ({list(df.columns)})")
+        keep = columns + [c for c in (coords or []) if c not in columns]
+        el = df[keep].drop_duplicates(subset=columns).reset_index(drop=True)
+        xy = el[list(coords)].to_numpy(dtype=float) if coords else None
+        return cls(el, tuple(columns), coords=xy)
+
+    @classmethod
+    def from_domains(cls, domains: Mapping[str, Sequence]) -> Universe:
+        """The cartesian product of attribute domains, e.g. ``{"G": ["M", "F"], "A": [0, 1]}``.
+
+        Elements are ordered lexicographically in the order the domains are given (the first
+        attribute varies slowest), as in the paper's Example 1 (MYA, MYB, MNA, ...).
+        """
+        if not domains:
+            raise ValidationError("from_domains needs at least one attribute")
+        doms = {}
+        for a, vals in domains.items():
+            vals = tuple(vals)
+            if len(vals) == 0:
+                raise ValidationError(f"attribute {a!r} has an empty domain")
+            if len(set(vals)) != len(vals):
+                raise ValidationError(f"attribute {a!r} has repeated values in its domain")
+            doms[a] = vals
+        rows = list(itertools.product(*doms.values()))
+        df = pd.DataFrame(rows, columns=list(doms))
+        return cls(df, tuple(doms), domains=doms)
+
+    # ---------------------------------------------------------------- properties
+    @property
+    def N(self) -> int:  # noqa: N802 (the paper's symbol)
+        """Number of elements."""
+        return len(self.elements)
+
+    def __len__(self) -> int:
+        return self.N
+
+    @property
+    def attributes(self) -> tuple[str, ...]:
+        """The key columns (attributes that identify an element)."""
+        return self.key_columns
+
+    def labels(self) -> list[str]:
+        """A short readable label per element (its key values joined)."""
+        keys = self.elements[list(self.key_columns)].astype(str)
+        return keys.agg("|".join, axis=1).tolist() if len(self.key_columns) > 1 else \
+            keys.iloc[:, 0].tolist()
+
+    def is_full_product(self) -> bool:
+        """True when the elements are exactly the cartesian product of their attribute values."""
+        sizes = [self.elements[c].nunique() for c in self.key_columns]
+        return int(np.prod(sizes, dtype=float)) == self.N
+
+    def fingerprint(self) -> str:
+        """sha256 of the elements in order (key columns, their values and the coordinates)."""
+        h = hashlib.sha256()
+        h.update(repr(self.key_columns).encode())
+        h.update(self.elements[list(self.key_columns)].to_csv(index=False).encode())
+        if self.coords is not None:
+            h.update(np.ascontiguousarray(self.coords, dtype="<f8").tobytes())
+        return h.hexdigest()
+
+    # ---------------------------------------------------------------- histograms
+    def _index(self) -> pd.Index:
+        keys = self.elements[list(self.key_columns)]
+        if len(self.key_columns) == 1:
+            return pd.Index(keys.iloc[:, 0])
+        return pd.MultiIndex.from_frame(keys)
+
+    def element_index(self, records: pd.DataFrame, on_unknown: OnUnknown = "raise") -> np.ndarray:
+        """The element index of every record (row of ``records``), -1 for unknown ones.
+
+        Raises :class:`UnknownRecordError` naming how many records are unknown and showing the
+        first few, unless ``on_unknown="drop"``.
+        """
+        if on_unknown not in ("raise", "drop"):
+            raise ValidationError(f"on_unknown must be 'raise' or 'drop', got {on_unknown!r}")
+        if not isinstance(records, pd.DataFrame):
+            raise ValidationError("records must be a pandas DataFrame")
+        missing = [c for c in self.key_columns if c not in records.columns]
+        if missing:
+            raise ValidationError(
+                f"records lack the universe's key columns {missing}; they have {list(records.columns)}"
+            )
+        rec = records[list(self.key_columns)]
+        if len(self.key_columns) == 1:
+            target = pd.Index(rec.iloc[:, 0])
+        else:
+            target = pd.MultiIndex.from_frame(rec)
+        idx = np.asarray(self._index().get_indexer(target), dtype=np.int64)
+        unknown = idx < 0
+        if unknown.any() and on_unknown == "raise":
+            first = rec[unknown].head(5).to_string(index=False)
+            raise UnknownRecordError(
+                f"{int(unknown.sum())} of {len(rec)} records are not elements of the universe; "
+                f"first ones:\n{first}\nFix the data or pass on_unknown='drop' to count and drop them."
+            )
+        return idx
+
+    def histogram(self, records: pd.DataFrame, on_unknown: OnUnknown = "raise") -> np.ndarray:
+        """Counts of records per element: the histogram x with ||x||_1 = n (spec §1.1).
+
+        With ``on_unknown="drop"`` unknown records are dropped; their number is available as
+        ``len(records) - x.sum()``.
+        """
+        idx = self.element_index(records, on_unknown)
+        return np.bincount(idx[idx >= 0], minlength=self.N).astype(np.int64)
+
+    def check_histogram(self, x: np.ndarray) -> np.ndarray:
+        """Validate a histogram for this universe: shape (N,), finite, non-negative."""
+        arr = np.asarray(x, dtype=float)
+        if arr.ndim != 1 or arr.shape[0] != self.N:
+            raise ShapeError(f"histogram has shape {arr.shape}; the universe has N = {self.N}")
+        if not np.all(np.isfinite(arr)):
+            raise ValidationError("histogram has NaN or infinite counts")
+        if np.any(arr < 0):
+            raise ValidationError(f"histogram has negative counts (x[{int(np.argmin(arr))}])")
+        return arr
