@@ -1,0 +1,201 @@
+"""Metric family: axioms on random universes, closure, strict mode, edge lists, geodesic accuracy."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.sparse.csgraph import shortest_path
+
+from dprivacy import Universe, metrics
+from dprivacy.errors import MetricError, ShapeError, TriangleInequalityError, ValidationError
+from dprivacy.metrics import ClosureWarning
+
+
+def assert_metric(eps: np.ndarray) -> None:
+    n = eps.shape[0]
+    assert eps.shape == (n, n)
+    assert not np.isnan(eps).any()
+    assert np.all(np.diag(eps) == 0)
+    assert np.all(eps >= 0)
+    assert np.array_equal(eps, eps.T)
+    # triangle inequality for all i, j, k (inf-safe)
+    via = eps[:, :, None] + eps[None, :, :]  # via[i, k, j] = eps_ik + eps_kj
+    assert np.all(eps <= via.min(axis=1) * (1 + 1e-12) + 1e-12)
+
+
+points = st.integers(2, 12).flatmap(
+    lambda n: st.lists(st.tuples(st.integers(0, 50), st.integers(0, 50)), min_size=n, max_size=n,
+                       unique=True)
+)
+
+
+@settings(max_examples=30, deadline=None)
+@given(points, st.floats(0.01, 10))
+def test_geometric_metrics_are_metrics(pts, e):
+    U = Universe.from_points(np.array(pts, dtype=float))
+    for M in (metrics.Euclidean(e), metrics.BlowfishThreshold(5.0, e, "A"),
+              metrics.BlowfishThreshold(5.0, e, "A", smooth=True),
+              metrics.BlowfishThreshold(5.0, e, "B"), metrics.BlowfishThreshold(5.0, e, "B", True),
+              metrics.Discrete(e)):
+        assert_metric(M.budget(U))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(2, 3), min_size=1, max_size=3),
+       st.lists(st.floats(0.1, 5), min_size=6, max_size=6))
+def test_attribute_metrics_are_metrics_and_edges_suffice(sizes, ws):
+    doms = {f"a{k}": list(range(s)) for k, s in enumerate(sizes)}
+    U = Universe.from_domains(doms)
+    aw = metrics.AttributeWeighted({a: ws[k] for k, a in enumerate(doms)})
+    hub = metrics.ValueWeighted({a: {v: ws[(k + v) % 6] for v in vals}
+                                 for k, (a, vals) in enumerate(doms.items())}, rule="hub")
+    mx = metrics.ValueWeighted({a: {v: ws[(k + v) % 6] for v in vals}
+                                for k, (a, vals) in enumerate(doms.items())}, rule="max")
+    for M in (aw, hub, mx):
+        eps = M.budget(U)
+        assert_metric(eps)
+        i, j, w = M.edges(U)
+        g = np.full_like(eps, np.inf)
+        g[i, j] = w
+        g[j, i] = w
+        np.fill_diagonal(g, 0)
+        # the shortest-path metric of the edges is the metric itself (spec §9.2)
+        np.testing.assert_allclose(shortest_path(g, directed=False), eps, rtol=1e-12)
+        assert len(i) == U.N * sum(s - 1 for s in sizes) // 2
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.floats(0.0, 5), min_size=2, max_size=10))
+def test_elementwise_is_metric(e):
+    U = Universe.from_points(np.arange(len(e), dtype=float))
+    assert_metric(metrics.ElementWise(np.array(e)).budget(U))
+
+
+def test_graph_metric_shortest_path_and_components():
+    U = Universe.from_points(np.arange(5, dtype=float))
+    eps = metrics.Graph([(0, 1), (1, 2, 3.0), (3, 4, 0.5)], eps=1.0).budget(U)
+    assert eps[0, 2] == 4.0 and eps[3, 4] == 0.5 and np.isinf(eps[0, 4])
+    assert_metric(eps)
+
+
+def test_closure_repairs_and_warns_naming_the_triple():
+    U = Universe.from_points(np.arange(3, dtype=float))
+    bad = np.array([[0, 1, 5.0], [1, 0, 1], [5, 1, 0]])
+    with pytest.warns(ClosureWarning, match=r"eps\[0.*2.*\] = 5 > eps\[0.*1.*\] \+ eps\[1.*2.*\] = 2"):
+        eps = metrics.Matrix(bad).budget(U)
+    assert eps[0, 2] == 2.0
+    assert_metric(eps)
+    with pytest.raises(TriangleInequalityError, match="triangle"):
+        metrics.Matrix(bad, strict=True).budget(U)
+
+
+def test_valid_matrix_gives_no_warning_and_inf_is_allowed():
+    U = Universe.from_points(np.arange(3, dtype=float))
+    good = np.array([[0, 1, np.inf], [1, 0, np.inf], [np.inf, np.inf, 0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(metrics.Matrix(good).budget(U), good)
+
+
+@pytest.mark.parametrize("bad, msg", [
+    (np.array([[0, -0.5], [-0.5, 0]]), "non-negative"),
+    (np.array([[0, 1.0], [2.0, 0]]), "symmetric"),
+    (np.array([[1.0, 1], [1, 0]]), "diagonal"),
+    (np.array([[0, np.nan], [np.nan, 0]]), "NaN"),
+])
+def test_matrix_rejects_non_metrics(bad, msg):
+    with pytest.raises(MetricError, match=msg):
+        metrics.Matrix(bad)
+
+
+def test_matrix_size_must_match_universe():
+    with pytest.raises(ShapeError, match="N = 3"):
+        metrics.Matrix(np.zeros((2, 2))).budget(Universe.from_points(np.arange(3.0)))
+
+
+def test_min_rule_refuses_more_than_two_values_and_says_why():
+    with pytest.raises(ValidationError, match="not a metric.*hub"):
+        metrics.ValueWeighted({"a": {"x": 1, "y": 5, "z": 5}}, rule="min")
+
+
+def test_attribute_weighted_needs_every_attribute():
+    U = Universe.from_domains({"a": [0, 1], "b": [0, 1]})
+    with pytest.raises(ValidationError, match="no budget"):
+        metrics.AttributeWeighted({"a": 1.0}).budget(U)
+
+
+def test_edges_only_on_full_products():
+    import pandas as pd
+
+    U = Universe.from_dataframe(pd.DataFrame({"a": [0, 1, 1], "b": [0, 0, 1]}), ["a", "b"])
+    assert metrics.AttributeWeighted({"a": 1, "b": 1}).edges(U) is None
+
+
+def test_zero_value_budget_is_zero_distance_and_inf_masks():
+    U = Universe.from_domains({"a": [0, 1], "b": [0, 1]})
+    eps = metrics.ValueWeighted({"a": {0: np.inf, 1: np.inf}, "b": {0: 1.0, 1: 2.0}}).budget(U)
+    assert eps[0, 1] == 1.0  # a equal (0*inf masked to 0), b differs
+    assert np.isinf(eps[0, 2])
+    assert not np.isnan(eps).any()
+
+
+def test_geodesic_sphere_matches_geopy_within_half_percent():
+    rng = np.random.default_rng(1)
+    coords = np.column_stack([rng.uniform(25, 49, 25), rng.uniform(-124, -67, 25)])
+    U = Universe.from_points(coords)
+    sphere = metrics.Geodesic(1.0, "sphere").budget(U)
+    wgs = metrics.Geodesic(1.0, "wgs84").budget(U)
+    off = ~np.eye(U.N, dtype=bool)
+    assert np.max(np.abs(sphere[off] / wgs[off] - 1)) < 0.005
+    assert_metric(sphere)
+
+
+def test_geodesic_rejects_bad_coordinates():
+    U = Universe.from_points(np.array([[95.0, 0.0], [0.0, 0.0]]))
+    with pytest.raises(ValidationError, match="latitude"):
+        metrics.Geodesic(1.0).budget(U)
+
+
+def test_blowfish_readings():
+    U = Universe.from_points(np.array([[0.0], [1.0], [2.0], [10.0]]))
+    a1 = metrics.BlowfishThreshold(1.5, 2.0, "A").budget(U)
+    assert a1[0, 1] == 2.0 and a1[0, 2] == 4.0 and np.isinf(a1[0, 3])  # eps x hops, inf across
+    b1 = metrics.BlowfishThreshold(1.5, 2.0, "B").budget(U)
+    assert b1[0, 1] == 2.0 and b1[0, 3] == pytest.approx(2.0 * 10 / 1.5)
+    a2 = metrics.BlowfishThreshold(1.5, 2.0, "A", smooth=True).budget(U)
+    assert a2[0, 1] == pytest.approx(2.0 / 1.5)
+    assert metrics.BlowfishThreshold(1.5, 2.0, "B").edges(U) is None
+    assert len(metrics.BlowfishThreshold(1.5, 2.0, "A").edges(U)[0]) == 2
+
+
+def test_negative_parameters_raise():
+    for make in (lambda: metrics.Euclidean(-1), lambda: metrics.Discrete(float("nan")),
+                 lambda: metrics.Geodesic(-2), lambda: metrics.BlowfishThreshold(0, 1)):
+        with pytest.raises(ValidationError):
+            make()
+
+
+def test_block_matches_dense_and_eps_min():
+    rng = np.random.default_rng(0)
+    U = Universe.from_points(rng.random((30, 2)))
+    for M in (metrics.Euclidean(3.0), metrics.Geodesic(2.0), metrics.ElementWise(rng.random(30)),
+              metrics.Discrete(0.7), metrics.BlowfishThreshold(0.3, 1.0, "B")):
+        if isinstance(M, metrics.Geodesic):
+            U2 = Universe.from_points(rng.uniform(-50, 50, (30, 2)))
+        else:
+            U2 = U
+        rows = np.array([3, 7, 11])
+        np.testing.assert_allclose(M.block(U2, rows), M.budget(U2)[rows], rtol=1e-12)
+        e = M.budget(U2)
+        off = e[~np.eye(U2.N, dtype=bool)]
+        assert M.eps_min(U2) == pytest.approx(off[off > 0].min())
+
+
+def test_fingerprint_changes_with_parameters():
+    U = Universe.from_points(np.arange(4.0))
+    assert metrics.Euclidean(1.0).fingerprint(U) != metrics.Euclidean(2.0).fingerprint(U)
+    assert metrics.Euclidean(1.0).fingerprint(U) == metrics.Euclidean(1.0).fingerprint(U)

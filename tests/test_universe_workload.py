@@ -1,0 +1,123 @@
+"""Universe construction, histograms, workloads and their sensitivities; bad input raises clearly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dprivacy import Universe, Workload
+from dprivacy.errors import DPrivacyError, ShapeError, UnknownRecordError, ValidationError
+
+
+def test_from_points_names_and_histogram():
+    U = Universe.from_points([[0, 0], [1, 1], [2, 2]], names=["a", "b", "c"])
+    assert U.N == 3 and U.key_columns == ("name",)
+    x = U.histogram(pd.DataFrame({"name": ["a", "c", "c", "b", "c"]}))
+    np.testing.assert_array_equal(x, [1, 1, 3])
+
+
+def test_from_points_matches_by_coordinates():
+    U = Universe.from_points([[0, 0], [1, 1]])
+    x = U.histogram(pd.DataFrame({"x": [1.0, 1.0, 0.0], "y": [1.0, 1.0, 0.0]}))
+    np.testing.assert_array_equal(x, [1, 2])
+
+
+def test_from_domains_order_is_example1():
+    U = Universe.from_domains({"G": ["M", "F"], "N": ["Y", "N"], "A": ["A", "B"]})
+    assert U.labels() == ["M|Y|A", "M|Y|B", "M|N|A", "M|N|B", "F|Y|A", "F|Y|B", "F|N|A", "F|N|B"]
+    assert U.is_full_product()
+
+
+def test_from_dataframe_distinct_tuples_in_order():
+    df = pd.DataFrame({"a": [1, 0, 1, 1], "b": ["x", "y", "x", "z"], "c": [9, 9, 9, 9]})
+    U = Universe.from_dataframe(df, ["a", "b"])
+    assert U.N == 3 and U.labels() == ["1|x", "0|y", "1|z"]
+    np.testing.assert_array_equal(U.histogram(df), [2, 1, 1])
+
+
+def test_unknown_records_raise_with_count_and_examples_or_drop():
+    U = Universe.from_domains({"a": [0, 1]})
+    recs = pd.DataFrame({"a": [0, 1, 5, 7, 1]})
+    with pytest.raises(UnknownRecordError, match=r"(?s)2 of 5 records.*on_unknown='drop'") as e:
+        U.histogram(recs)
+    assert "5" in str(e.value) and "7" in str(e.value)
+    np.testing.assert_array_equal(U.histogram(recs, on_unknown="drop"), [1, 2])
+    np.testing.assert_array_equal(U.element_index(recs, on_unknown="drop"), [0, 1, -1, -1, 1])
+
+
+def test_missing_key_columns_and_bad_coords():
+    U = Universe.from_domains({"a": [0, 1]})
+    with pytest.raises(ValidationError, match="key columns"):
+        U.histogram(pd.DataFrame({"b": [0]}))
+    with pytest.raises(ValidationError, match="finite"):
+        Universe.from_points([[0.0, np.nan], [1, 1]])
+    with pytest.raises(ValidationError, match="finite"):
+        Universe.from_points([[0.0, np.inf], [1, 1]])
+    with pytest.raises(ShapeError):
+        Universe.from_points([[0, 0], [1, 1]], names=["a"])
+    with pytest.raises(ValidationError, match="distinct"):
+        Universe.from_points([[0, 0], [1, 1]], names=["a", "a"])
+
+
+def test_workload_validation():
+    with pytest.raises(ValidationError, match=r"F\[0, 1\] = nan"):
+        Workload([[0.0, np.nan]])
+    with pytest.raises(ValidationError, match=r"F\[1, 0\] = inf"):
+        Workload([[0.0, 1.0], [np.inf, 0.0]])
+    with pytest.raises(ValidationError, match="finite"):
+        Workload(sp.csr_array(np.array([[0.0, np.inf]])))
+    with pytest.raises(ShapeError):
+        Workload(np.zeros((2, 2, 2)))
+    U = Universe.from_points(np.arange(3.0))
+    with pytest.raises(ShapeError, match="N = 2 columns.*N = 3"):
+        Workload([[1.0, 2.0]]).check_universe(U)
+    with pytest.raises(DPrivacyError):
+        Workload([["a", "b"]])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 5), st.integers(1, 12), st.integers(0, 2**31 - 1))
+def test_sensitivity_matches_brute_force(m, n, seed):
+    F = np.random.default_rng(seed).normal(size=(m, n))
+    W = Workload(F)
+    brute = max(np.abs(F[:, i] - F[:, j]).sum() for i in range(n) for j in range(n))
+    assert W.sensitivity() == pytest.approx(brute, rel=1e-12, abs=1e-12)
+    np.testing.assert_allclose(W.ranges(), F.max(1) - F.min(1))
+    Ws = Workload(sp.csr_array(np.where(np.abs(F) > 0.5, F, 0.0)))
+    Fd = Ws.dense()
+    np.testing.assert_allclose(Ws.ranges(), Fd.max(1) - Fd.min(1))
+    assert Ws.pair_sensitivity(0, n - 1) == pytest.approx(np.abs(Fd[:, 0] - Fd[:, -1]).sum())
+
+
+def test_builders():
+    W = Workload.random_uniform(4, 7, rng=0)
+    assert W.shape == (4, 7) and np.all((W.F >= 0) & (W.F < 1))
+    np.testing.assert_array_equal(W.F, Workload.random_uniform(4, 7, rng=0).F)
+    B = Workload.random_binary(3, 9, rng=1)
+    assert set(np.unique(B.F)) <= {0.0, 1.0}
+    R = Workload.range_queries(5, [(0, 2), (3, 3)])
+    np.testing.assert_array_equal(R.F, [[1, 1, 1, 0, 0], [0, 0, 0, 1, 0]])
+    with pytest.raises(ValidationError):
+        Workload.range_queries(5, [(3, 1)])
+    assert Workload.range_queries(10, count=6, rng=2).m == 6
+    U = Universe.from_domains({"a": [0, 1], "b": [0, 1, 2]})
+    M1 = Workload.marginals(U, 1)
+    assert M1.m == 5 and np.all(M1.F.sum(axis=1) == [3, 3, 2, 2, 2])
+    M2 = Workload.marginals(U, 2)
+    np.testing.assert_array_equal(M2.F, np.eye(6))  # 2-way marginals of 2 attributes = identity
+    P = Workload.from_predicates(U, {"q": "a == 1", "s": "b * 2"})
+    np.testing.assert_array_equal(P.F, [[0, 0, 0, 1, 1, 1], [0, 2, 4, 0, 2, 4]])
+    assert P.names == ("q", "s")
+    with pytest.raises(ValidationError, match="could not be evaluated"):
+        Workload.from_predicates(U, ["no_such_column > 1"])
+
+
+def test_fingerprints():
+    U = Universe.from_points(np.arange(3.0))
+    assert U.fingerprint() == Universe.from_points(np.arange(3.0)).fingerprint()
+    assert U.fingerprint() != Universe.from_points(np.arange(3.0) + 1).fingerprint()
+    assert Workload([[1.0, 2, 3]]).fingerprint() != Workload([[1.0, 2, 4]]).fingerprint()
