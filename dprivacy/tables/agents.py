@@ -1,0 +1,216 @@
+"""PINQ budget agents: stability as a multiplication on the way up the chain.
+
+Shape of PINQ's C# agents (spec PINQ_PROPER.md §2.1 [EXT]): ``Budget`` holds the global budget,
+``Unary(target, scale)`` forwards ``scale·ε`` (this is how a c-stable transformation costs c·ε,
+P-III Thm 1), ``Binary(a, b)`` charges both parents of a binary transformation, and
+``Partition`` shares one running maximum between the parts of a partition so that parallel
+queries cost the max, not the sum (P-III Thm 3). ``Sigma(target, σ)`` generalises ``Unary`` to
+the probabilistic stabilities σ(ε) of Paper III (§7): it forwards ``σ(total + ε) − σ(total)``,
+since every query downstream of one random sample is one mechanism whose total privacy is the
+sum of the queries' ε (σ is convex with σ(0) = 0, so charging σ of each increment separately
+would undercharge).
+
+Privacy condition: a query of accuracy ε on a table reached through agents a_1..a_k is answered
+only if the root ``Budget`` accepts the composed charge; otherwise nothing anywhere is charged.
+
+Charging is transactional: :func:`charge` walks the agents, records an undo entry for every
+state change in a journal and rolls all of them back if any root budget refuses, so
+``BudgetExceededError`` leaves every agent exactly as it was.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Hashable
+
+from dprivacy.errors import BudgetExceededError, ValidationError
+
+__all__ = [
+    "Agent",
+    "BudgetAgent",
+    "UnaryAgent",
+    "SigmaAgent",
+    "BinaryAgent",
+    "PartitionAgent",
+    "PartitionPartAgent",
+    "PublicAgent",
+    "charge",
+    "cost",
+]
+
+Journal = list[Callable[[], None]]
+
+
+class Agent(ABC):
+    """A node of the agent tree. ``apply`` charges ``eps`` (recording undo closures in ``journal``)
+    and returns False if some root budget refuses; the caller then undoes the journal."""
+
+    @abstractmethod
+    def apply(self, eps: float, journal: Journal, dry: bool = False) -> bool: ...
+
+
+class PublicAgent(Agent):
+    """Agent of a public (unprotected) table: every charge is accepted and costs nothing."""
+
+    def apply(self, eps: float, journal: Journal, dry: bool = False) -> bool:
+        return True
+
+
+class BudgetAgent(Agent):
+    """The root: a global budget B. Accepts ε iff ε ≤ remaining (FW-PINQ Query rule, Fig. 1)."""
+
+    def __init__(self, budget: float) -> None:
+        b = float(budget)
+        if not math.isfinite(b) or b < 0:
+            raise ValidationError(f"budget = {budget!r}: a privacy budget is a finite number >= 0")
+        self._remaining = b
+        self.spent_in_dry_run = 0.0
+
+    @property
+    def remaining(self) -> float:
+        """The budget left (public: budgets and scales are data-independent, P-I §7)."""
+        return self._remaining
+
+    def apply(self, eps: float, journal: Journal, dry: bool = False) -> bool:
+        if dry:
+            self.spent_in_dry_run += eps
+            journal.append(lambda: setattr(self, "spent_in_dry_run", self.spent_in_dry_run - eps))
+            return True
+        # relative slack of 1e-12 absorbs float round-off in sums such as 0.1 + 0.2 vs 0.3
+        if eps > self._remaining * (1 + 1e-12) + 1e-15:
+            return False
+        old = self._remaining
+        self._remaining = max(0.0, old - eps)
+        journal.append(lambda: setattr(self, "_remaining", old))
+        return True
+
+
+class UnaryAgent(Agent):
+    """Forwards ``scale · ε`` to its target: the agent of a ``scale``-stable transformation."""
+
+    def __init__(self, target: Agent, scale: float) -> None:
+        if not (scale >= 0 and math.isfinite(scale)):
+            raise ValidationError(f"stability = {scale!r}: must be a finite number >= 0")
+        self.target = target
+        self.scale = float(scale)
+
+    def apply(self, eps: float, journal: Journal, dry: bool = False) -> bool:
+        return self.target.apply(self.scale * eps, journal, dry)
+
+
+class SigmaAgent(Agent):
+    """Forwards ``σ(total + ε) − σ(total)``: a σ-probabilistically stable sampler (P-III Def. 5).
+
+    ``total`` is the sum of ε charged through this agent so far; all those queries read the same
+    sample, so together they are a ``total``-DP mechanism and cost σ(total) (P-III Prop. 2).
+    """
+
+    def __init__(self, target: Agent, sigma: Callable[[float], float]) -> None:
+        self.target = target
+        self.sigma = sigma
+        self.total = 0.0
+
+    def apply(self, eps: float, journal: Journal, dry: bool = False) -> bool:
+        old = self.total
+        inc = self.sigma(old + eps) - self.sigma(old)
+        if not self.target.apply(inc, journal, dry):
+            return False
+        self.total = old + eps
+        journal.append(lambda: setattr(self, "total", old))
+        return True
+
+
+class BinaryAgent(Agent):
+    """Both parents of a binary transformation must accept (PINQAgentBinary); rolled back together."""
+
+    def __init__(self, a: Agent, b: Agent) -> None:
+        self.a = a
+        self.b = b
+
+    def apply(self, eps: float, journal: Journal, dry: bool = False) -> bool:
+        return self.a.apply(eps, journal, dry) and self.b.apply(eps, journal, dry)
+
+
+class PartitionAgent:
+    """Shared state of a partition (PINQAgentPartition): per-part running totals and one maximum.
+
+    Only increases of the maximum are forwarded to ``target`` (parallel composition, P-III Thm 3).
+    """
+
+    def __init__(self, target: Agent) -> None:
+        self.target = target
+        self.totals: dict[Hashable, float] = {}
+        self.maximum = 0.0
+
+    def part(self, key: Hashable) -> PartitionPartAgent:
+        """The agent of the part with key ``key``."""
+        self.totals.setdefault(key, 0.0)
+        return PartitionPartAgent(self, key)
+
+
+class PartitionPartAgent(Agent):
+    """The agent of one part of a :class:`PartitionAgent`."""
+
+    def __init__(self, parent: PartitionAgent, key: Hashable) -> None:
+        self.parent = parent
+        self.key = key
+
+    def apply(self, eps: float, journal: Journal, dry: bool = False) -> bool:
+        p = self.parent
+        old_total, old_max = p.totals[self.key], p.maximum
+        new_total = old_total + eps
+        if new_total > old_max:
+            if not p.target.apply(new_total - old_max, journal, dry):
+                return False
+            p.maximum = new_total
+        p.totals[self.key] = new_total
+
+        def undo() -> None:
+            p.totals[self.key] = old_total
+            p.maximum = old_max
+
+        journal.append(undo)
+        return True
+
+
+def charge(agent: Agent, eps: float) -> None:
+    """Charge ``eps`` through ``agent`` atomically, or raise without changing any state.
+
+    Raises:
+        BudgetExceededError: some root budget cannot pay; every agent is left unchanged.
+    """
+    _check_eps(eps)
+    journal: Journal = []
+    ok = agent.apply(float(eps), journal)
+    if not ok:
+        for undo in reversed(journal):
+            undo()
+        raise BudgetExceededError(
+            f"a query with eps = {eps} costs more than the remaining budget; nothing was charged "
+            "(check Queryable.cost(eps) and remaining_budget() first)"
+        )
+
+
+def cost(agent: Agent, eps: float, roots: list[BudgetAgent]) -> float:
+    """What a query of accuracy ``eps`` would take from the budgets ``roots`` (nothing is charged).
+
+    Done by a dry run that accepts everything and is then undone, so partition maxima and σ
+    totals are taken into account exactly.
+    """
+    _check_eps(eps)
+    journal: Journal = []
+    before = [r.spent_in_dry_run for r in roots]
+    agent.apply(float(eps), journal, dry=True)
+    spent = sum(r.spent_in_dry_run - b for r, b in zip(roots, before, strict=True))
+    for undo in reversed(journal):
+        undo()
+    return spent
+
+
+def _check_eps(eps: float) -> None:
+    if not isinstance(eps, numbers.Real) or isinstance(eps, bool) or not math.isfinite(eps):
+        raise ValidationError(f"eps = {eps!r}: expected a finite number > 0")
+    if eps <= 0:
+        raise ValidationError(f"eps = {eps}: the accuracy of a query must be > 0")

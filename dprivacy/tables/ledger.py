@@ -1,0 +1,343 @@
+"""Personal budgets keyed by record id: in memory (numpy) or durable in SQLite (WAL).
+
+ProPer (spec PINQ_PROPER.md §6.4) keeps one budget B(r) per input record r. A query charges each
+record r a cost C(r); r pays iff B(r) ≥ C(r), and then B(r) −= C(r); records that cannot pay are
+not charged (and the caller silently leaves their data out). Privacy condition: a budget never
+goes below zero, so each record's total privacy loss is at most its initial budget ℰ(r)
+(ProPer Theorem 2).
+
+Budgets are stored as integers in units of 10⁻¹² ε (costs rounded up, initial budgets rounded
+down, beyond a 10⁻³-unit float tolerance), so repeated charges add up exactly and 3 × 0.1 fits in
+a budget of 0.3.
+
+Crash safety (:class:`Ledger`): :meth:`BudgetLedger.charge` runs one ``BEGIN IMMEDIATE``
+transaction that checks, debits, logs the charge and commits, and only then returns the mask of
+records that paid. The caller computes the answer from that mask, after the commit: a crash
+after the commit loses budget, and no answer can exist for an uncommitted charge. ``BEGIN
+IMMEDIATE`` takes SQLite's write lock before reading the budgets, so concurrent processes sharing
+one file serialise their charges and can never overspend.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dprivacy.errors import UnknownRecordError, ValidationError
+
+__all__ = ["UNIT", "Charge", "BudgetLedger", "MemoryLedger", "Ledger", "to_units"]
+
+UNIT = 1e-12
+_MAX_UNITS = np.iinfo(np.int64).max // 4
+
+
+def to_units(x: Any, *, round_up: bool) -> np.ndarray:
+    """Budgets/costs in integer units of 1e-12 ε (up for costs, down for budgets)."""
+    a = np.asarray(x, dtype=float)
+    if np.any(~np.isfinite(a)):
+        raise ValidationError("budgets and costs must be finite numbers")
+    if np.any(a < 0):
+        bad = float(a.reshape(-1)[np.argmax(a.reshape(-1) < 0)])
+        raise ValidationError(f"budget or cost = {bad}: privacy budgets and costs are >= 0")
+    u = a / UNIT
+    if np.any(u > _MAX_UNITS):
+        raise ValidationError(f"budget or cost above {_MAX_UNITS * UNIT:.3g}: too large to store")
+    r = np.round(u)
+    near = np.abs(u - r) <= 1e-3 + 1e-12 * np.abs(u)
+    return np.where(near, r, np.ceil(u) if round_up else np.floor(u)).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Charge:
+    """The committed outcome of a charge: ``ok[i]`` iff record ``ids[i]`` paid; ``query_id``
+    names the logged charge (durable ledgers) or is None."""
+
+    ok: np.ndarray
+    query_id: int | None
+
+
+class BudgetLedger(ABC):
+    """Interface of a personal-budget store (one budget per record id)."""
+
+    @abstractmethod
+    def new_ids(self, n: int) -> np.ndarray:
+        """``n`` ids never used before (reserved, not yet registered)."""
+
+    @abstractmethod
+    def register(self, ids: Any, budgets: Any, *, existing: str = "raise") -> None:
+        """Add records with initial budgets. ``existing="keep"`` leaves known ids untouched
+        (re-attaching to a durable ledger); ``"raise"`` refuses them (fresh input only)."""
+
+    @abstractmethod
+    def charge(self, ids: Any, costs: Any, *, assume_unique: bool = False) -> Charge:
+        """Debit ``costs`` from the records that can pay; commit; return which paid."""
+
+    @abstractmethod
+    def remaining(self, ids: Any) -> np.ndarray:
+        """Remaining budgets (floats) of known ids."""
+
+    @abstractmethod
+    def contains(self, ids: Any) -> np.ndarray:
+        """Which ids are registered."""
+
+
+def _ids(ids: Any) -> np.ndarray:
+    a = np.asarray(ids)
+    if a.ndim == 0:
+        a = a.reshape(1)
+    if a.size and a.dtype.kind not in "iu":
+        raise ValidationError(f"record ids have dtype {a.dtype}: ids are non-negative integers")
+    a = a.astype(np.int64, copy=False).reshape(-1)
+    if a.size and a.min() < 0:
+        raise ValidationError(f"record id {int(a.min())} is negative: ids are non-negative")
+    return a
+
+
+def _costs(costs: Any, n: int) -> np.ndarray:
+    c = to_units(costs, round_up=True)
+    if c.ndim == 0:
+        return np.full(n, int(c), dtype=np.int64)
+    if c.shape != (n,):
+        raise ValidationError(f"costs has shape {c.shape}: need a scalar or ({n},)")
+    return c
+
+
+def _check_unique(ids: np.ndarray) -> None:
+    if ids.size > 1 and np.unique(ids).size != ids.size:
+        raise ValidationError("a charge lists a record id twice: pass each id once with its total")
+
+
+class MemoryLedger(BudgetLedger):
+    """Budgets in a numpy int64 array indexed by id (ids from :meth:`new_ids` are dense).
+
+    Not durable and not shared between processes; not thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._rem = np.zeros(0, dtype=np.int64)
+        self._known = np.zeros(0, dtype=bool)
+        self._next = 0
+
+    def new_ids(self, n: int) -> np.ndarray:
+        out = np.arange(self._next, self._next + int(n), dtype=np.int64)
+        self._next += int(n)
+        return out
+
+    def _grow(self, size: int) -> None:
+        if size > self._rem.size:
+            if size > 4 * max(int(self._known.sum()), 1) + (1 << 22):
+                raise ValidationError(
+                    f"record id {size - 1} is too sparse for the in-memory ledger; use ids from "
+                    "new_ids() or the SQLite Ledger"
+                )
+            new = max(size, 2 * self._rem.size)
+            self._rem = np.concatenate([self._rem, np.zeros(new - self._rem.size, np.int64)])
+            self._known = np.concatenate([self._known, np.zeros(new - self._known.size, bool)])
+
+    def register(self, ids: Any, budgets: Any, *, existing: str = "raise") -> None:
+        a = _ids(ids)
+        b = to_units(budgets, round_up=False)
+        b = np.full(a.size, int(b)) if b.ndim == 0 else b
+        if b.shape != a.shape:
+            raise ValidationError(f"budgets has shape {b.shape}: need a scalar or {a.shape}")
+        _check_unique(a)
+        if a.size == 0:
+            return
+        self._grow(int(a.max()) + 1)
+        old = self._known[a]
+        if old.any() and existing == "raise":
+            raise ValidationError(
+                f"record id {int(a[old][0])} is already registered: new records need fresh ids"
+            )
+        self._rem[a[~old]] = b[~old]
+        self._known[a] = True
+        self._next = max(self._next, int(a.max()) + 1)
+
+    def _check_known(self, a: np.ndarray) -> None:
+        if a.size and (a.max() >= self._known.size or not self._known[a].all()):
+            bad = a[(a >= self._known.size) | ~self._known[np.minimum(a, self._known.size - 1)]]
+            raise UnknownRecordError(f"unknown record id {int(bad[0])}: nothing was charged")
+
+    def charge(self, ids: Any, costs: Any, *, assume_unique: bool = False) -> Charge:
+        a = _ids(ids)
+        c = _costs(costs, a.size)
+        if not assume_unique:
+            _check_unique(a)
+        self._check_known(a)
+        rem = self._rem[a]
+        ok = rem >= c
+        self._rem[a[ok]] = rem[ok] - c[ok]
+        return Charge(ok, None)
+
+    def charge_uniform(self, ids: np.ndarray, cost_units: int) -> np.ndarray:
+        """Fast path for ProPer: unique known ids, one integer cost each; returns the ok mask."""
+        rem = self._rem[ids]
+        ok = rem >= cost_units
+        self._rem[ids[ok]] = rem[ok] - cost_units
+        return ok
+
+    def remaining(self, ids: Any) -> np.ndarray:
+        a = _ids(ids)
+        self._check_known(a)
+        return self._rem[a] * UNIT
+
+    def contains(self, ids: Any) -> np.ndarray:
+        a = _ids(ids)
+        out = np.zeros(a.size, dtype=bool)
+        inside = a < self._known.size
+        out[inside] = self._known[a[inside]]
+        return out
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS budgets (
+    id INTEGER PRIMARY KEY, initial INTEGER NOT NULL, remaining INTEGER NOT NULL,
+    CHECK (remaining >= 0 AND remaining <= initial));
+CREATE TABLE IF NOT EXISTS queries (query INTEGER PRIMARY KEY AUTOINCREMENT, label TEXT);
+CREATE TABLE IF NOT EXISTS charges (query INTEGER NOT NULL, id INTEGER NOT NULL,
+    amount INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT OR IGNORE INTO meta VALUES ('next_id', 0);
+"""
+
+
+class Ledger(BudgetLedger):
+    """Durable budgets in an SQLite file (WAL mode, ``synchronous=FULL``).
+
+    Every charge is one ``BEGIN IMMEDIATE`` transaction that debits the payers, logs the charge
+    (``queries`` and ``charges`` tables) and commits before :meth:`charge` returns. Several
+    processes may open the same file; each gets its own connection.
+
+    Parameters:
+        path: the database file (created if missing).
+        log: also log per-record charge amounts (needed for audits; costs one row per payer).
+    """
+
+    def __init__(self, path: str | os.PathLike, *, log: bool = True, timeout: float = 60.0) -> None:
+        self.path = os.fspath(path)
+        self.log = log
+        self.timeout = timeout
+        self._conn: sqlite3.Connection | None = None
+        self._pid = -1
+        self._db().executescript(_SCHEMA)
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None or self._pid != os.getpid():
+            conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute("CREATE TEMP TABLE IF NOT EXISTS req (id INTEGER PRIMARY KEY, cost INT)")
+            self._conn, self._pid = conn, os.getpid()
+        return self._conn
+
+    def close(self) -> None:
+        """Close this process's connection."""
+        if self._conn is not None and self._pid == os.getpid():
+            self._conn.close()
+        self._conn = None
+
+    def new_ids(self, n: int) -> np.ndarray:
+        db = self._db()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            (start,) = db.execute("SELECT value FROM meta WHERE key='next_id'").fetchone()
+            (top,) = db.execute("SELECT COALESCE(MAX(id) + 1, 0) FROM budgets").fetchone()
+            start = max(start, top)
+            db.execute("UPDATE meta SET value=? WHERE key='next_id'", (start + int(n),))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return np.arange(start, start + int(n), dtype=np.int64)
+
+    def register(self, ids: Any, budgets: Any, *, existing: str = "raise") -> None:
+        a = _ids(ids)
+        b = to_units(budgets, round_up=False)
+        b = np.full(a.size, int(b)) if b.ndim == 0 else b
+        if b.shape != a.shape:
+            raise ValidationError(f"budgets has shape {b.shape}: need a scalar or {a.shape}")
+        _check_unique(a)
+        verb = "INSERT OR IGNORE" if existing == "keep" else "INSERT"
+        rows = zip(a.tolist(), b.tolist(), b.tolist(), strict=True)
+        db = self._db()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.executemany(f"{verb} INTO budgets (id, initial, remaining) VALUES (?,?,?)", rows)
+            db.execute("COMMIT")
+        except sqlite3.IntegrityError as exc:
+            db.execute("ROLLBACK")
+            raise ValidationError(
+                f"a record id is already registered ({exc}): new records need fresh ids"
+            ) from exc
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def charge(
+        self, ids: Any, costs: Any, *, assume_unique: bool = False, label: str | None = None
+    ) -> Charge:
+        a = _ids(ids)
+        c = _costs(costs, a.size)
+        db = self._db()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute("DELETE FROM temp.req")
+            try:
+                db.executemany("INSERT INTO temp.req VALUES (?,?)", zip(a.tolist(), c.tolist(), strict=True))
+            except sqlite3.IntegrityError as exc:
+                raise ValidationError("a charge lists a record id twice") from exc
+            bad = db.execute(
+                "SELECT r.id FROM temp.req r LEFT JOIN budgets b ON b.id = r.id "
+                "WHERE b.id IS NULL LIMIT 1"
+            ).fetchone()
+            if bad is not None:
+                raise UnknownRecordError(f"unknown record id {bad[0]}: nothing was charged")
+            paid = db.execute(
+                "SELECT r.id FROM temp.req r JOIN budgets b ON b.id = r.id "
+                "WHERE b.remaining >= r.cost"
+            ).fetchall()
+            cur = db.execute("INSERT INTO queries (label) VALUES (?)", (label,))
+            qid = int(cur.lastrowid)
+            if self.log:
+                db.execute(
+                    "INSERT INTO charges (query, id, amount) SELECT ?, r.id, r.cost "
+                    "FROM temp.req r JOIN budgets b ON b.id = r.id "
+                    "WHERE b.remaining >= r.cost AND r.cost > 0",
+                    (qid,),
+                )
+            db.execute(
+                "UPDATE budgets SET remaining = budgets.remaining - r.cost FROM temp.req r "
+                "WHERE r.id = budgets.id AND budgets.remaining >= r.cost AND r.cost > 0"
+            )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        ok = np.isin(a, np.fromiter((p[0] for p in paid), dtype=np.int64, count=len(paid)))
+        return Charge(ok, qid)
+
+    def remaining(self, ids: Any) -> np.ndarray:
+        a = _ids(ids)
+        got = dict(self._select("SELECT id, remaining FROM budgets WHERE id IN", a))
+        missing = [i for i in a.tolist() if i not in got]
+        if missing:
+            raise UnknownRecordError(f"unknown record id {missing[0]}")
+        return np.array([got[i] for i in a.tolist()], dtype=float) * UNIT
+
+    def contains(self, ids: Any) -> np.ndarray:
+        a = _ids(ids)
+        got = {r[0] for r in self._select("SELECT id FROM budgets WHERE id IN", a)}
+        return np.array([i in got for i in a.tolist()], dtype=bool)
+
+    def _select(self, sql: str, a: np.ndarray) -> list[tuple]:
+        out: list[tuple] = []
+        db = self._db()
+        for s in range(0, a.size, 900):
+            chunk = a[s : s + 900].tolist()
+            out += db.execute(f"{sql} ({','.join('?' * len(chunk))})", chunk).fetchall()
+        return out
