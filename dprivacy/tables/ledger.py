@@ -6,7 +6,7 @@ not charged (and the caller silently leaves their data out). Privacy condition: 
 goes below zero, so each record's total privacy loss is at most its initial budget ℰ(r)
 (ProPer Theorem 2).
 
-Budgets are stored as integers in units of 10⁻¹² ε (costs rounded up, initial budgets rounded
+Budgets are stored as integers in units of 10⁻⁹ ε (costs rounded up, initial budgets rounded
 down, beyond a 10⁻³-unit float tolerance), so repeated charges add up exactly and 3 × 0.1 fits in
 a budget of 0.3.
 
@@ -32,12 +32,12 @@ from dprivacy.errors import UnknownRecordError, ValidationError
 
 __all__ = ["UNIT", "Charge", "BudgetLedger", "MemoryLedger", "Ledger", "to_units"]
 
-UNIT = 1e-12
+UNIT = 1e-9
 _MAX_UNITS = np.iinfo(np.int64).max // 4
 
 
 def to_units(x: Any, *, round_up: bool) -> np.ndarray:
-    """Budgets/costs in integer units of 1e-12 ε (up for costs, down for budgets)."""
+    """Budgets/costs in integer units of 1e-9 ε (up for costs, down for budgets)."""
     a = np.asarray(x, dtype=float)
     if np.any(~np.isfinite(a)):
         raise ValidationError("budgets and costs must be finite numbers")

@@ -1,0 +1,103 @@
+"""Distribution of the noisy aggregations (fixed seed, secure=False; tolerances from sample size)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from dprivacy.errors import ValidationError
+from dprivacy.tables import ProPerTable, Queryable
+from dprivacy.tables import aggregations as agg
+
+R = 3000  # draws per test; KS p-value threshold 1e-3 gives a false-failure rate of 0.1 %
+
+
+def frame() -> pd.DataFrame:
+    return pd.DataFrame({"x": [0.5, 2.0, -3.0, 1.0, 7.0, 0.25, -0.5, 4.0]})
+
+
+def test_noisy_count_is_laplace_1_over_eps():
+    t = Queryable(frame(), budget=1e9)
+    gen = np.random.default_rng(0)
+    z = np.array([t.noisy_count(0.5, rng=gen, secure=False) for _ in range(R)]) - 8
+    assert stats.kstest(z, "laplace", args=(0, 2.0)).pvalue > 1e-3
+    assert t.remaining_budget() == pytest.approx(1e9 - 0.5 * R)
+
+
+def test_noisy_sum_clamps_and_scales_by_the_range():
+    t = Queryable(frame(), budget=1e9)
+    gen = np.random.default_rng(1)
+    true = np.clip(frame()["x"], -1, 3).sum()
+    z = np.array([t.noisy_sum(0.25, "x", -1, 3, rng=gen, secure=False) for _ in range(R)]) - true
+    assert stats.kstest(z, "laplace", args=(0, 3 / 0.25)).pvalue > 1e-3
+
+
+def test_noisy_average_is_consistent_and_in_range():
+    big = pd.DataFrame({"x": np.linspace(0, 10, 2000)})
+    t = Queryable(big, budget=1e9)
+    gen = np.random.default_rng(2)
+    v = np.array([t.noisy_average(1.0, "x", 0, 8, rng=gen, secure=False) for _ in range(R)])
+    true = np.clip(big["x"], 0, 8).mean()
+    assert v.min() >= 0 and v.max() <= 8
+    # the error is ≈ Lap(8/ε)/n on the sum plus a count term: sd ≈ 0.006; tolerance 6 sd / √R
+    assert abs(v.mean() - true) < 6 * 0.01 / np.sqrt(R) + 1e-3
+    assert v.std() < 0.02
+
+
+def test_noisy_median_follows_the_exponential_mechanism_density():
+    """Empirical interval frequencies match P(j) ∝ len_j · exp(−ε|j − n/2|/2) (chi-square)."""
+    vals = np.array([0.1, 0.2, 0.45, 0.5, 0.8])
+    t = Queryable(pd.DataFrame({"x": vals}), budget=1e9)
+    gen = np.random.default_rng(3)
+    eps = 2.0
+    z = np.array([t.noisy_median(eps, "x", 0, 1, rng=gen, secure=False) for _ in range(R)])
+    edges = np.concatenate(([0], vals, [1]))
+    w = np.diff(edges) * np.exp(-eps * np.abs(np.arange(6) - 2.5) / 2)
+    expected = R * w / w.sum()
+    observed = np.histogram(z, bins=edges)[0]
+    assert stats.chisquare(observed, expected).pvalue > 1e-3
+
+
+def test_exponential_mechanism_probabilities():
+    df = pd.DataFrame({"c": [0, 0, 0, 1, 2, 2]})
+    t = Queryable(df, budget=1e9)
+    gen = np.random.default_rng(4)
+    eps = 0.5
+    cands = [0, 1, 2]
+
+    def score(d):
+        return np.stack([(d["c"] == c).to_numpy() for c in cands], axis=1)
+
+    picks = [t.exponential_mechanism(eps, cands, score, rng=gen, secure=False) for _ in range(R)]
+    u = np.array([3, 1, 2])
+    p = np.exp(eps * u) / np.exp(eps * u).sum()
+    observed = np.bincount(picks, minlength=3)
+    assert stats.chisquare(observed, R * p).pvalue > 1e-3
+
+
+def test_secure_path_runs_and_is_close():
+    t = Queryable(pd.DataFrame({"x": np.ones(50)}), budget=10.0)
+    assert abs(t.noisy_count(5.0) - 50) < 10  # Lap(0.2): |noise| > 10 has prob e^-50
+    assert abs(t.noisy_sum(5.0, "x", 0, 1) - 50) < 10
+
+
+def test_proper_aggregations_use_the_same_kernels():
+    p = ProPerTable(frame(), budget=1e9)
+    gen = np.random.default_rng(5)
+    z = np.array([p.noisy_count(0.5, rng=gen, secure=False) for _ in range(R)]) - 8
+    assert stats.kstest(z, "laplace", args=(0, 2.0)).pvalue > 1e-3
+
+
+def test_value_spec_errors():
+    df = frame()
+    with pytest.raises(ValidationError, match="not a column"):
+        agg.values(df, "nope", 0, 1)
+    with pytest.raises(ValidationError, match="values for"):
+        agg.values(df, lambda d: [1, 2], 0, 1)
+    two = df.assign(y=1)
+    with pytest.raises(ValidationError, match="columns"):
+        agg.values(two, None, 0, 1)
+    v = agg.values(pd.DataFrame({"x": [np.nan, 5.0, -5.0]}), "x", 0, 2)
+    assert list(v) == [1.0, 2.0, 0.0]
