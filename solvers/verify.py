@@ -1,0 +1,108 @@
+"""Objectives of problem (6) and the final verification every returned design goes through.
+
+Privacy condition (Theorem 1): ``sum_k u_k |F_ki - F_kj| <= eps_ij`` for every constrained pair,
+with ``u = w * beta``. :func:`finalize` checks it by a full blocked scan over ALL pairs and, if a
+design ends up (slightly) infeasible, scales u back so that the maximum ratio is 1 (the report
+says so).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from solvers.constraints import ConstraintSet
+from solvers.errors import InfeasibleError
+from solvers.result import SolverResult
+
+RATIO_TOL = 1e-12  # a returned design satisfies max ratio <= 1 + RATIO_TOL
+
+
+@dataclass
+class Draft:
+    """What a method hands to :func:`finalize`: precisions u (inf = exact answer), optional
+    shrinkage w, and bookkeeping for the report."""
+
+    u: np.ndarray
+    w: np.ndarray | None = None
+    iterations: int = 1
+    n_used: int = 0
+    status: str = "optimal"
+    notes: list[str] = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+
+
+def objective(loss: str, w: np.ndarray, beta: np.ndarray, F: np.ndarray,
+              n: float | None = None) -> float:
+    """Value of the loss surrogate g(w, beta) of problem (6) / Theorem 2.
+
+    squared:  n^2 sum_k (1-w_k)^2 ||F_k||_inf^2 + 2 sum_k beta_k^-2     (bound on E||e||_2^2)
+    absolute: n sum_k |1-w_k| ||F_k||_inf + sum_k beta_k^-1             (bound on E||e||_1)
+    max:      n max_k |1-w_k| ||F_k||_inf + max_k beta_k^-1             (ell_inf, without ln(m/delta))
+    log:      mean_k log(1/beta_k) over queries with finite beta        (log geometric-mean scale)
+    The bias terms vanish when n is None or w = 1; ``1/inf = 0`` (exact answers).
+    """
+    w = np.asarray(w, float)
+    beta = np.asarray(beta, float)
+    with np.errstate(divide="ignore"):
+        scale = np.where(np.isinf(beta), 0.0, 1.0 / beta)
+    fmax = np.abs(F).max(axis=1)
+    bias = np.abs(1.0 - w) * fmax * (0.0 if n is None else float(n))
+    if loss == "squared":
+        return float(np.sum(bias**2) + 2.0 * np.sum(scale**2))
+    if loss == "absolute":
+        return float(np.sum(bias) + np.sum(scale))
+    if loss == "max":
+        return float(np.max(bias) + np.max(scale))
+    if loss == "log":
+        fin = np.isfinite(beta)
+        if not fin.any():
+            return float("-inf")
+        with np.errstate(divide="ignore"):
+            return float(np.mean(-np.log(beta[fin])))
+    raise ValueError(f"unknown loss {loss!r}")
+
+
+def finalize(F: np.ndarray, cs: ConstraintSet, draft: Draft, *, method: str, loss: str,
+             n: float | None, t0: float, memory_bytes: int, agg: str = "sum",
+             multiplier: float = 1.0, objective_value: float | None = None) -> SolverResult:
+    """Verify the draft by a full scan of ``multiplier * u`` (2T for MWEM), scale back if any
+    ratio exceeds 1, and package a :class:`SolverResult` with its report."""
+    u = np.array(draft.u, dtype=float)
+    notes = list(draft.notes)
+    scaled_back = False
+    for _ in range(4):
+        sc = cs.scan(F, multiplier * u, memory_bytes=memory_bytes, agg=agg)
+        if sc.max_ratio <= 1.0 + RATIO_TOL:
+            break
+        if not np.isfinite(sc.max_ratio):
+            i, j = sc.worst
+            raise InfeasibleError(
+                f"{method}: pair ({i}, {j}) has infinite privacy loss (eps_ij = 0 or an exact "
+                "answer on a separating query); no scaling can repair it", pair=(i, j))
+        notes.append(f"scaled u back by 1/{sc.max_ratio:.17g} (worst pair {sc.worst})")
+        u = u / (sc.max_ratio * (1.0 + 1e-15)) if scaled_back else u / sc.max_ratio
+        scaled_back = True
+    else:  # pragma: no cover - defensive
+        raise InfeasibleError(f"{method}: could not scale the design back to feasibility")
+    w = np.ones_like(u) if draft.w is None else np.array(draft.w, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        beta = np.where(w > 0, u / np.where(w > 0, w, 1.0), np.inf)
+    beta = np.where(np.isinf(u), np.inf, beta)
+    obj = objective(loss, w, beta, F, n) if objective_value is None else objective_value
+    report = {
+        "n_constraints": cs.n_constraints,
+        "n_constraints_used": int(draft.n_used),
+        "iterations": int(draft.iterations),
+        "seconds": time.perf_counter() - t0,
+        "max_ratio": float(sc.max_ratio),
+        "worst_pair": sc.worst,
+        "scaled_back": scaled_back,
+        "status": draft.status,
+        "notes": notes,
+        "constraint_kind": cs.kind,
+    }
+    report.update(draft.extra)
+    return SolverResult(w=w, beta=beta, objective=obj, method=method, loss=loss, report=report)
