@@ -1,0 +1,329 @@
+"""MechanismConfig: a versioned JSON export of a solved mechanism, verified again when loaded.
+
+A config file stores the mechanism kind, the design (w, beta, method, loss, objective, solver
+report), the mechanism's extra parameters (MWEM's T, SmallDB's size) and sha256 fingerprints of
+the universe (elements in order), the metric (name, parameters and budget) and the workload.
+:meth:`MechanismConfig.load` refuses a file made for other inputs (:class:`ConfigMismatchError`
+naming the part that differs) and re-checks the mechanism's privacy condition from scratch against
+``metric.constraint_set(universe)`` — Theorem 1 (Laplace: sum_k beta_k w_k |F_ki - F_kj| <=
+eps_ij), 3, 5 or 7 — so a file edited to raise beta is refused with PrivacyViolationError.
+
+Floats are written losslessly: finite floats as JSON numbers (Python writes the shortest repr
+that round-trips exactly), non-finite ones as ``{"__float__": "inf"}`` (strict JSON, no Infinity).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from dprivacy.design import Design
+from dprivacy.errors import ConfigError, ConfigMismatchError, ValidationError
+from dprivacy.mechanisms.exponential import DXExponential
+from dprivacy.mechanisms.laplace import DXLaplace
+from dprivacy.mechanisms.mwem import DXMWEM
+from dprivacy.mechanisms.smalldb import DXSmallDB
+from dprivacy.workload import Workload
+
+if TYPE_CHECKING:
+    from dprivacy.metrics.base import Metric
+    from dprivacy.universe import Universe
+
+SCHEMA = "dprivacy.mechanism-config"
+VERSION = 1
+KINDS: dict[str, type] = {"laplace": DXLaplace, "exponential": DXExponential,
+                          "smalldb": DXSmallDB, "mwem": DXMWEM}
+#: Mechanism parameters beyond (w, beta) that each kind stores.
+PARAMS: dict[str, tuple[str, ...]] = {"laplace": (), "exponential": (), "smalldb": ("size",),
+                                      "mwem": ("T",)}
+_MAX_INLINE_PARAMS = 65536  # metric params larger than this (JSON chars) are stored as a hash
+
+
+# ------------------------------------------------------------------ lossless JSON values
+def to_json(v: Any) -> Any:
+    """A JSON-safe, lossless copy: numpy -> Python, tuples -> lists, non-finite floats tagged."""
+    if isinstance(v, Mapping):
+        return {str(k): to_json(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple, np.ndarray)):
+        return [to_json(x) for x in (v.tolist() if isinstance(v, np.ndarray) else v)]
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        f = float(v)
+        return f if math.isfinite(f) else {"__float__": repr(f)}
+    if v is None or isinstance(v, str):
+        return v
+    return str(v)
+
+
+def from_json(v: Any) -> Any:
+    """Inverse of :func:`to_json` (tagged floats back to float)."""
+    if isinstance(v, dict):
+        if set(v) == {"__float__"} and v["__float__"] in ("inf", "-inf", "nan"):
+            return float(v["__float__"])
+        return {k: from_json(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [from_json(x) for x in v]
+    return v
+
+
+def _float_array(v: Any, what: str) -> np.ndarray:
+    vals = from_json(v)
+    if not isinstance(vals, list) or not all(
+            isinstance(t, (int, float)) and not isinstance(t, bool) for t in vals):
+        raise ConfigError(f"config field {what!r} must be a list of numbers")
+    return np.array(vals, dtype=float)
+
+
+def _metric_params(metric: Metric) -> dict[str, Any]:
+    text = json.dumps(to_json(metric.params()), sort_keys=True)
+    if len(text) > _MAX_INLINE_PARAMS:
+        return {"params_sha256": hashlib.sha256(text.encode()).hexdigest()}
+    return {"params": json.loads(text)}
+
+
+def _identity(universe: Universe, metric: Metric, workload: Workload) -> dict[str, Any]:
+    return {
+        "universe": {"N": universe.N, "fingerprint": universe.fingerprint()},
+        "metric": {"name": metric.name, **_metric_params(metric),
+                   "fingerprint": metric.fingerprint(universe)},
+        "workload": {"m": workload.m, "N": workload.N, "fingerprint": workload.fingerprint()},
+    }
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return a == b
+
+
+@dataclass(frozen=True, eq=False)
+class MechanismConfig:
+    """A solved mechanism as data: kind, design, extra parameters and input fingerprints.
+
+    Build with :meth:`from_design` or :meth:`from_mechanism`; write with :meth:`save`; read with
+    :meth:`load`, which verifies the fingerprints and the privacy condition before returning.
+    Equality is exact (floats bit for bit, inf and nan included).
+    """
+
+    kind: str
+    w: np.ndarray
+    beta: np.ndarray
+    method: str
+    loss: str
+    objective: float
+    report: dict
+    params: dict
+    identity: dict
+    _bound: tuple | None = field(default=None, repr=False, compare=False)
+
+    # ------------------------------------------------------------ building
+    @classmethod
+    def from_design(cls, workload: Workload, universe: Universe, metric: Metric, design: Design,
+                    kind: str = "laplace", **params: Any) -> MechanismConfig:
+        """Config for ``kind`` built from ``design`` (verified now by building the mechanism).
+
+        ``params``: ``T`` for "mwem" (default ``design.report["T"]``), ``size`` for "smalldb".
+        """
+        if not isinstance(workload, Workload):
+            workload = Workload(workload)
+        if kind not in KINDS:
+            raise ValidationError(f"kind = {kind!r}: choose one of {', '.join(KINDS)}")
+        extra = {k: v for k, v in params.items() if v is not None}
+        if kind == "mwem" and "T" not in extra and "T" in design.report:
+            extra["T"] = design.report["T"]
+        unknown = set(extra) - set(PARAMS[kind])
+        if unknown:
+            raise ValidationError(f"{kind} takes no parameter(s) {sorted(unknown)}; "
+                                  f"it takes {list(PARAMS[kind]) or 'none'}")
+        mech = _build(kind, workload, design, universe, metric, extra)
+        return cls._of(mech, workload, universe, metric)
+
+    @classmethod
+    def from_mechanism(cls, mechanism: Any, universe: Universe, metric: Metric) -> MechanismConfig:
+        """Config of a built mechanism (re-verified against ``universe`` + ``metric``)."""
+        kind = getattr(mechanism, "kind", None)
+        if kind not in KINDS:
+            raise ValidationError(f"{type(mechanism).__name__} is not a configurable mechanism")
+        extra = mechanism.params() if hasattr(mechanism, "params") else {}
+        mech = _build(kind, mechanism.workload, mechanism.design, universe, metric, extra)
+        return cls._of(mech, mechanism.workload, universe, metric)
+
+    @classmethod
+    def _of(cls, mech: Any, workload: Workload, universe: Universe, metric: Metric
+            ) -> MechanismConfig:
+        d = mech.design
+        extra = mech.params() if hasattr(mech, "params") else {}
+        return cls(kind=mech.kind, w=_ro(d.w), beta=_ro(d.beta), method=d.method, loss=d.loss,
+                   objective=float(d.objective), report=from_json(to_json(d.report)),
+                   params=from_json(to_json(extra)),
+                   identity=_identity(universe, metric, workload),
+                   _bound=(workload, universe, metric, mech))
+
+    # ------------------------------------------------------------ JSON
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document (strict JSON; floats lossless)."""
+        return {"schema": SCHEMA, "version": VERSION, "kind": self.kind,
+                "design": {"w": to_json(self.w), "beta": to_json(self.beta),
+                           "method": self.method, "loss": self.loss,
+                           "objective": to_json(self.objective), "report": to_json(self.report)},
+                "params": to_json(self.params), **to_json(self.identity)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1, allow_nan=False)
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the config atomically (temporary file in the same folder, then os.replace)."""
+        path = Path(path)
+        text = self.to_json()
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        return path
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> MechanismConfig:
+        """Parse a config document (structure only; no input check: use :meth:`load`)."""
+        if not isinstance(doc, dict):
+            raise ConfigError("a mechanism config is a JSON object")
+        if doc.get("schema") != SCHEMA:
+            raise ConfigError(f"schema = {doc.get('schema')!r}: not a {SCHEMA!r} file")
+        if doc.get("version") != VERSION:
+            raise ConfigError(f"unknown config version {doc.get('version')!r}: this dprivacy reads "
+                              f"version {VERSION}; upgrade dprivacy or re-export the config")
+        try:
+            kind, d = doc["kind"], doc["design"]
+            w, beta = _float_array(d["w"], "w"), _float_array(d["beta"], "beta")
+            objective = from_json(d["objective"])
+            identity = {k: doc[k] for k in ("universe", "metric", "workload")}
+            method, loss, report, params = d["method"], d["loss"], d["report"], doc["params"]
+        except (KeyError, TypeError) as exc:
+            raise ConfigError(f"config is missing field {exc}") from exc
+        if kind not in KINDS:
+            raise ConfigError(f"unknown mechanism kind {kind!r}; known: {', '.join(KINDS)}")
+        if not (isinstance(objective, (int, float)) and isinstance(method, str)
+                and isinstance(loss, str) and isinstance(report, dict)
+                and isinstance(params, dict) and all(isinstance(v, dict) for v in identity.values())):
+            raise ConfigError("config fields have the wrong types")
+        if w.shape != beta.shape or w.ndim != 1:
+            raise ConfigError(f"w {w.shape} and beta {beta.shape} must be vectors of one length")
+        return cls(kind=kind, w=_ro(w), beta=_ro(beta), method=method, loss=loss,
+                   objective=float(objective), report=from_json(report),
+                   params=from_json(params), identity=identity)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, universe: Universe, metric: Metric,
+             workload: Workload) -> MechanismConfig:
+        """Read a config made for exactly these inputs and re-verify its privacy condition.
+
+        Raises :class:`ConfigError` (unreadable, truncated, not JSON, unknown schema/version),
+        :class:`ConfigMismatchError` (universe, metric or workload differ; the message names
+        which) or :class:`PrivacyViolationError` (the stored parameters are not private for
+        ``metric.constraint_set(universe)``, e.g. an edited beta).  Nothing is released.
+        """
+        if not isinstance(workload, Workload):
+            workload = Workload(workload)
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read mechanism config {str(path)!r}: {exc}") from exc
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{str(path)!r} is not valid JSON (truncated or corrupted?): "
+                              f"{exc}") from exc
+        cfg = cls.from_dict(doc)
+        return cfg.bind(workload, universe, metric)
+
+    # ------------------------------------------------------------ verification
+    def check_inputs(self, workload: Workload, universe: Universe, metric: Metric) -> None:
+        """Raise :class:`ConfigMismatchError` naming the first input that differs."""
+        have = to_json(_identity(universe, metric, workload))
+        want = self.identity
+        for part, keys in (("universe", ("N", "fingerprint")),
+                           ("metric", ("name", "params", "params_sha256", "fingerprint")),
+                           ("workload", ("m", "N", "fingerprint"))):
+            for k in keys:
+                a, b = want.get(part, {}).get(k), have[part].get(k)
+                if a != b:
+                    raise ConfigMismatchError(
+                        f"the config was made for another {part}: its {k} is {_short(a)} but the "
+                        f"{part} given has {_short(b)}; load it with the {part} it was exported for"
+                    )
+
+    def bind(self, workload: Workload, universe: Universe, metric: Metric) -> MechanismConfig:
+        """Check the inputs and the privacy condition; return a copy bound to these inputs."""
+        self.check_inputs(workload, universe, metric)
+        try:
+            d = Design(self.w, self.beta, method=self.method, loss=self.loss,
+                       objective=self.objective, report=self.report,
+                       constraints=metric.constraint_set(universe))
+            mech = _build(self.kind, workload, d, universe, metric, dict(self.params))
+        except ValidationError as exc:
+            raise ConfigError(f"config parameters are invalid for {self.kind}: {exc}") from exc
+        return MechanismConfig(**{f.name: getattr(self, f.name) for f in fields(self)
+                                  if f.name != "_bound"},
+                               _bound=(workload, universe, metric, mech))
+
+    def design(self) -> Design:
+        """The Design (with the constraint set of the bound universe and metric)."""
+        if self._bound is None:
+            raise ConfigError("this config is not bound to inputs: use load() or bind()")
+        return self._bound[3].design
+
+    def to_mechanism(self) -> Any:
+        """The verified mechanism (DXLaplace, DXExponential, DXSmallDB or DXMWEM)."""
+        if self._bound is None:
+            raise ConfigError("this config is not bound to inputs: use load() or bind()")
+        return self._bound[3]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MechanismConfig):
+            return NotImplemented
+        return all(_same(getattr(self, f.name), getattr(other, f.name))
+                   for f in fields(self) if f.compare)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _ro(a: np.ndarray) -> np.ndarray:
+    out = np.array(a, dtype=float, copy=True)
+    out.setflags(write=False)
+    return out
+
+
+def _short(v: Any) -> str:
+    s = json.dumps(v, sort_keys=True, default=str)
+    return s if len(s) <= 80 else s[:77] + "..."
+
+
+def _build(kind: str, workload: Workload, design: Design, universe: Universe, metric: Metric,
+           params: Mapping[str, Any]) -> Any:
+    """Construct (and so verify) the mechanism of ``kind`` against universe + metric."""
+    cls = KINDS[kind]
+    missing = [p for p in PARAMS[kind] if p not in params]
+    if missing:
+        raise ValidationError(f"{kind} needs parameter(s) {missing}")
+    return cls(workload, design, universe=universe, metric=metric,
+               **{k: params[k] for k in PARAMS[kind]})
