@@ -119,6 +119,8 @@ class _TopK:
 
     def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         self._trim()
+        keep = self.r >= 0
+        self.i, self.j, self.r = self.i[keep], self.j[keep], self.r[keep]
         order = np.argsort(-self.r, kind="stable")
         return self.i[order], self.j[order], self.r[order]
 
@@ -299,10 +301,12 @@ class ConstraintSet:
             if not fin.all():
                 num = np.where((b.ad[~fin] > 0).any(axis=0), np.inf, num)
             ratio = safe_ratio(num, b.eps).ravel()
-            n += int(np.count_nonzero(b.eps < np.inf)) if self._n is None else 0
+            free = ~(b.eps < np.inf).ravel()
+            ratio[free] = -1.0  # unconstrained cells never enter max / top
+            n += int(free.size - np.count_nonzero(free)) if self._n is None else 0
             if ratio.size:
                 a = int(np.argmax(ratio))
-                if ratio[a] > best or worst is None:
+                if ratio[a] >= 0 and (ratio[a] > best or worst is None):
                     best = float(ratio[a])
                     bi, bj = b.pairs(np.array([a]))
                     worst = (int(bi[0]), int(bj[0]))

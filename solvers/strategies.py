@@ -18,15 +18,17 @@ from solvers.verify import Draft
 BlockSource = Callable[[], Iterable[Block]]
 
 
-def block_source(F: np.ndarray, cs: ConstraintSet, memory_bytes: int) -> BlockSource:
+def block_source(F: np.ndarray, cs: ConstraintSet, memory_bytes: int
+                 ) -> tuple[BlockSource, bool]:
     """A re-iterable source of pair blocks: materialised once if all blocks fit in a quarter of
-    the memory budget (repeated passes then skip recomputing |F_ki - F_kj|), else streamed."""
+    the memory budget (repeated passes then skip recomputing |F_ki - F_kj|), else streamed.
+    Returns (source, cached)."""
     m, N = F.shape
     pairs = cs.n_constraints if cs.kind == "edges" else N * (N + 1) // 2
     if pairs * (m + 1) * 8 * 4 <= memory_bytes and pairs <= 2**25:
         cached = list(cs.blocks(F, memory_bytes))
-        return lambda: cached
-    return lambda: cs.blocks(F, memory_bytes)
+        return (lambda: cached), True
+    return (lambda: cs.blocks(F, memory_bytes)), False
 
 
 def equal_split(F: np.ndarray, cs: ConstraintSet, c: np.ndarray) -> Draft:
@@ -69,15 +71,18 @@ def budget_sharing(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, memory_bytes
     beta = np.zeros(m)
     if act.size == 0:
         return Draft(u=np.full(m, np.inf), iterations=0, n_used=cs.n_constraints)
-    source = block_source(F[act], cs, memory_bytes)
+    source, cached = block_source(F[act], cs, memory_bytes)
     B = np.zeros(act.size)
     rounds = 0
     status = "round_limit"
     for _ in range(int(T)):
         rounds += 1
         bhat = np.full(act.size, np.inf)
-        for b in source():
+        rems: dict[int, np.ndarray] = {}
+        for idx, b in enumerate(source()):
             rem = _remaining(b, B)
+            if cached:
+                rems[idx] = rem
             with np.errstate(divide="ignore", invalid="ignore"):
                 q = np.divide(rem, b.ad, out=np.full(b.ad.shape, np.inf), where=b.ad > 0)
             bhat = np.minimum(bhat, q.reshape(act.size, -1).min(axis=1, initial=np.inf))
@@ -87,8 +92,8 @@ def budget_sharing(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, memory_bytes
             rounds -= 1
             break
         share = np.full(act.size, np.inf)
-        for b in source():
-            rem = _remaining(b, B)
+        for idx, b in enumerate(source()):
+            rem = rems.pop(idx) if cached else _remaining(b, B)
             S = np.tensordot(bhat, b.ad, axes=1)
             with np.errstate(divide="ignore", invalid="ignore"):
                 r = np.divide(rem, S, out=np.full(S.shape, np.inf), where=S > 0)
