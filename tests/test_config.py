@@ -1,0 +1,158 @@
+"""MechanismConfig: exact round trip, fingerprints, re-verification on load, refusals."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import dprivacy as dp
+from dprivacy import metrics
+from dprivacy.config import SCHEMA, MechanismConfig
+from dprivacy.errors import ConfigError, ConfigMismatchError, PrivacyViolationError
+from dprivacy.mechanisms.exponential import DXExponential
+from dprivacy.mechanisms.mwem import DXMWEM
+from dprivacy.mechanisms.smalldb import DXSmallDB
+
+
+@pytest.fixture(scope="module")
+def inputs():
+    rng = np.random.default_rng(5)
+    U = dp.Universe.from_points(rng.uniform(0, 3, size=(10, 2)))
+    M = metrics.Euclidean(1.0)
+    W = dp.Workload(rng.uniform(0, 1, size=(3, 10)))
+    return U, M, W
+
+
+def all_configs(U, M, W):
+    n = 400
+    d = dp.design(W, U, M, method="exact")
+    return {
+        "laplace": MechanismConfig.from_design(W, U, M, d),
+        "baseline": MechanismConfig.from_mechanism(dp.Laplace.for_metric(W, U, M), U, M),
+        "exponential": MechanismConfig.from_mechanism(DXExponential.optimal(W, U, M), U, M),
+        "smalldb": MechanismConfig.from_mechanism(DXSmallDB.from_solver(W, U, M, n, size=2), U, M),
+        "mwem": MechanismConfig.from_mechanism(DXMWEM.from_solver(W, U, M, n), U, M),
+    }
+
+
+def test_round_trip_is_exact_for_every_kind(inputs, tmp_path):
+    U, M, W = inputs
+    x = np.arange(10)
+    for name, cfg in all_configs(U, M, W).items():
+        path = cfg.save(tmp_path / f"{name}.json")
+        back = MechanismConfig.load(path, U, M, W)
+        assert back == cfg, name
+        assert back.beta.tobytes() == cfg.beta.tobytes() and back.w.tobytes() == cfg.w.tobytes()
+        assert back.report == cfg.report
+        mech = back.to_mechanism()
+        assert mech.kind == cfg.kind and back.design().constraints is not None
+        assert np.array_equal(back.design().beta, cfg.beta)
+        out = mech.release(x, rng=0, secure=False)
+        assert np.all(np.isfinite(np.atleast_1d(out)))
+        assert not list(tmp_path.glob(".*.tmp"))  # atomic save leaves no temporary file
+    assert all_configs(U, M, W)["mwem"].params["T"] >= 1
+    assert all_configs(U, M, W)["smalldb"].params == {"size": 2}
+
+
+def test_infinity_and_nan_round_trip(inputs, tmp_path):
+    U, M, _ = inputs
+    F = np.zeros((2, U.N))
+    F[0, :] = np.linspace(0, 1, U.N)  # query 1 is constant: beta = inf, exact answer
+    W = dp.Workload(F)
+    d = dp.design(W, U, M, method="exact")
+    assert np.isinf(d.beta[1])
+    cfg = MechanismConfig.from_design(W, U, M, d)
+    text = cfg.to_json()
+    assert "Infinity" not in text and "NaN" not in text  # strict JSON
+    back = MechanismConfig.load(cfg.save(tmp_path / "c.json"), U, M, W)
+    assert back == cfg and np.isinf(back.beta[1])
+    d2 = dp.Design(d.w, d.beta, method="manual", constraints=d.constraints)  # objective = nan
+    cfg2 = MechanismConfig.from_design(W, U, M, d2)
+    assert np.isnan(cfg2.objective)
+    assert MechanismConfig.load(cfg2.save(tmp_path / "n.json"), U, M, W) == cfg2
+
+
+def _tamper(path, edit):
+    doc = json.loads(path.read_text())
+    edit(doc)
+    path.write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("kind", ["laplace", "exponential", "smalldb", "mwem"])
+def test_raised_beta_is_refused(inputs, tmp_path, kind):
+    U, M, W = inputs
+    cfg = all_configs(U, M, W)[kind]
+    path = cfg.save(tmp_path / "c.json")
+
+    def raise_beta(doc):
+        doc["design"]["beta"] = [b * 1.01 for b in doc["design"]["beta"]]
+
+    _tamper(path, raise_beta)
+    with pytest.raises(PrivacyViolationError):
+        MechanismConfig.load(path, U, M, W)
+    if kind == "mwem":  # more rounds at the same beta are refused as well
+        path = cfg.save(tmp_path / "t.json")
+        _tamper(path, lambda doc: doc["params"].update(T=doc["params"]["T"] + 1))
+        with pytest.raises(PrivacyViolationError, match="Theorem 7"):
+            MechanismConfig.load(path, U, M, W)
+
+
+def test_other_inputs_are_refused_naming_the_part(inputs, tmp_path):
+    U, M, W = inputs
+    path = all_configs(U, M, W)["laplace"].save(tmp_path / "c.json")
+    U2 = dp.Universe.from_points(np.asarray(U.coords) * 1.5)
+    W2 = dp.Workload(W.dense()[::-1])
+    with pytest.raises(ConfigMismatchError, match="another universe"):
+        MechanismConfig.load(path, U2, M, W)
+    with pytest.raises(ConfigMismatchError, match="another metric.*params"):
+        MechanismConfig.load(path, U, metrics.Euclidean(2.0), W)
+    with pytest.raises(ConfigMismatchError, match="another metric.*name"):
+        MechanismConfig.load(path, U, metrics.BlowfishThreshold(theta=1.0, eps=1.0, rule="B"), W)
+    with pytest.raises(ConfigMismatchError, match="another workload"):
+        MechanismConfig.load(path, U, M, W2)
+    # an edited fingerprint is a mismatch too
+    _tamper(path, lambda doc: doc["workload"].update(fingerprint="0" * 64))
+    with pytest.raises(ConfigMismatchError, match="workload"):
+        MechanismConfig.load(path, U, M, W)
+
+
+def test_malformed_files_are_refused(inputs, tmp_path):
+    U, M, W = inputs
+    good = all_configs(U, M, W)["laplace"].to_json()
+    cases = {
+        "truncated": good[: len(good) // 2],
+        "not_json": "this is not JSON\n",
+        "empty": "",
+        "array": "[1, 2, 3]",
+        "schema": good.replace(SCHEMA, "something.else"),
+        "version": good.replace('"version": 1', '"version": 2'),
+        "kind": good.replace('"kind": "laplace"', '"kind": "gaussian"'),
+        "w_type": good.replace('"w": [', '"w": ["one", '),
+    }
+    for name, text in cases.items():
+        p = tmp_path / f"{name}.json"
+        p.write_text(text)
+        with pytest.raises(ConfigError) as info:
+            MechanismConfig.load(p, U, M, W)
+        assert not isinstance(info.value, ConfigMismatchError), name
+    with pytest.raises(ConfigError, match="unknown config version 2"):
+        MechanismConfig.load(tmp_path / "version.json", U, M, W)
+    with pytest.raises(ConfigError, match="cannot read"):
+        MechanismConfig.load(tmp_path / "missing.json", U, M, W)
+    (tmp_path / "bin.json").write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(ConfigError):
+        MechanismConfig.load(tmp_path / "bin.json", U, M, W)
+
+
+def test_from_design_refuses_an_unsafe_design_and_unbound_use(inputs):
+    U, M, W = inputs
+    d = dp.design(W, U, M, method="exact")
+    bad = dp.Design(d.w, d.beta * 1.5, constraints=d.constraints)
+    with pytest.raises(PrivacyViolationError):
+        MechanismConfig.from_design(W, U, M, bad)
+    cfg = MechanismConfig.from_dict(json.loads(MechanismConfig.from_design(W, U, M, d).to_json()))
+    with pytest.raises(ConfigError, match="not bound"):
+        cfg.to_mechanism()
+    assert cfg.bind(W, U, M).to_mechanism().kind == "laplace"
