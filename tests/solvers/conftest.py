@@ -27,17 +27,17 @@ def hamming_graph(d: int, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     all-pairs shortest-path matrix as a 5th element."""
     X = np.array(list(itertools.product([0, 1], repeat=d)), dtype=float)
     N = X.shape[0]
-    I, J, E = [], [], []
+    ei, ej, ee = [], [], []
     for a in range(N):
         for b in range(a + 1, N):
             diff = np.flatnonzero(X[a] != X[b])
             if diff.size == 1:
-                I.append(a)
-                J.append(b)
-                E.append(weights[diff[0]])
+                ei.append(a)
+                ej.append(b)
+                ee.append(weights[diff[0]])
     W = np.full((N, N), np.inf)
-    W[I, J] = E
-    W[J, I] = E
+    W[ei, ej] = ee
+    W[ej, ei] = ee
     np.fill_diagonal(W, 0.0)
     D = shortest_path(W, method="D")
-    return X, np.array(I), np.array(J), np.array(E), D
+    return X, np.array(ei), np.array(ej), np.array(ee), D

@@ -50,14 +50,14 @@ def test_scan_matches_brute_force(N, m, seed, mem, p_inf):
 
 def test_edges_scan_and_lookup():
     rng = np.random.default_rng(3)
-    X, I, J, E, D = hamming_graph(4, np.array([0.5, 1.0, 2.0, 3.0]))
+    X, ei, ej, E, D = hamming_graph(4, np.array([0.5, 1.0, 2.0, 3.0]))
     F = rng.random((3, X.shape[0]))
-    cs = ConstraintSet.edges(J, I, E, X.shape[0])  # orientation does not matter
+    cs = ConstraintSet.edges(ej, ei, E, X.shape[0])  # orientation does not matter
     assert cs.n_constraints == 32
     u = np.array([0.3, 0.2, 0.1])
-    loss = (u[:, None] * np.abs(F[:, I] - F[:, J])).sum(0) / E
+    loss = (u[:, None] * np.abs(F[:, ei] - F[:, ej])).sum(0) / E
     assert cs.scan(F, u).max_ratio == pytest.approx(loss.max(), rel=1e-12)
-    np.testing.assert_array_equal(cs.pair_eps(I, J), E)
+    np.testing.assert_array_equal(cs.pair_eps(ei, ej), E)
     assert cs.pair_eps(np.array([0]), np.array([3]))[0] == np.inf  # not an edge
     assert cs.min_eps() == 0.5
     # duplicates keep the smaller budget; inf edges are dropped

@@ -103,11 +103,11 @@ def test_exact_with_small_memory_and_forced_rounds_matches():
 def test_edges_only_equals_all_pairs_on_hamming_graph():
     """Spec §9.2: for a graph metric the edge constraints give the same optimum as all pairs."""
     w = np.array([0.3, 1.0, 2.5, 0.7])
-    X, I, J, E, D = hamming_graph(4, w)
+    X, ei, ej, E, D = hamming_graph(4, w)
     rng = np.random.default_rng(11)
     F = np.vstack([rng.random((3, 16)), X.T[:2]])  # random queries and two 1-way marginals
     dense = ConstraintSet.dense(D)
-    edges = ConstraintSet.edges(I, J, E, 16)
+    edges = ConstraintSet.edges(ei, ej, E, 16)
     assert edges.n_constraints == 32 and dense.n_constraints == 120
     for loss in ("squared", "log", "max"):
         a = design(F, dense, method="exact", loss=loss)
