@@ -140,6 +140,16 @@ def audit(mechanism: Any, x, i: int, j: int, samples: int = 20000, rng=None, *,
     Returns
     -------
     AuditResult, with ``violated = eps_lower_bound > eps_ij``.
+
+    Examples
+    --------
+    >>> import numpy as np, dprivacy as dp
+    >>> U = dp.Universe.from_points(np.array([[0.0], [1.0], [3.0]]))
+    >>> W, M = dp.Workload([[0.0, 1.0, 2.0]]), dp.metrics.Euclidean(1.0)
+    >>> mech = dp.DXLaplace(W, dp.design(W, U, M, method="closed_form"))
+    >>> r = audit(mech, np.array([4, 2, 1]), 0, 1, samples=4000, rng=0)
+    >>> r.violated, r.eps_ij, r.eps_lower_bound <= 1.0
+    (False, 1.0, True)
     """
     arr = check_histogram(x, len(np.asarray(x)))
     N = arr.shape[0]

@@ -117,6 +117,17 @@ class MechanismConfig:
     Build with :meth:`from_design` or :meth:`from_mechanism`; write with :meth:`save`; read with
     :meth:`load`, which verifies the fingerprints and the privacy condition before returning.
     Equality is exact (floats bit for bit, inf and nan included).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, os, dprivacy as dp
+    >>> U = dp.Universe.from_points(np.array([[0.0], [1.0], [3.0]]))
+    >>> M, W = dp.metrics.Euclidean(1.0), dp.Workload([[0.0, 1.0, 2.0]])
+    >>> cfg = MechanismConfig.from_design(W, U, M, dp.design(W, U, M, method="closed_form"))
+    >>> path = cfg.save(os.path.join(tempfile.mkdtemp(), "laplace.json"))
+    >>> back = MechanismConfig.load(path, U, M, W)
+    >>> back == cfg, back.to_mechanism().kind
+    (True, 'laplace')
     """
 
     kind: str
