@@ -327,15 +327,16 @@ class ConstraintSet:
         bi = np.full(m, -1, np.int64)
         bj = np.full(m, -1, np.int64)
         for b in self.blocks(F, memory_bytes):
-            for k in range(m):
-                r = safe_ratio(b.ad[k], b.eps).ravel()
-                if r.size == 0:
-                    continue
-                a = int(np.argmax(r))
-                if r[a] > c[k]:
-                    c[k] = r[a]
-                    pi, pj = b.pairs(np.array([a]))
-                    bi[k], bj[k] = pi[0], pj[0]
+            if b.eps.size == 0:
+                continue
+            with np.errstate(divide="ignore", invalid="ignore"):
+                r = (b.ad / b.eps[None]).reshape(m, -1)  # 0/0 = NaN is skipped by fmax
+            top = np.fmax.reduce(r, axis=1)
+            for k in np.flatnonzero(top > c):
+                a = int(np.nanargmax(r[k]))
+                c[k] = r[k, a]
+                pi, pj = b.pairs(np.array([a]))
+                bi[k], bj[k] = pi[0], pj[0]
         return c, bi, bj
 
     def lipschitz(self, f: np.ndarray, *, memory_bytes: int = 2**30) -> float:
