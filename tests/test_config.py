@@ -37,10 +37,15 @@ def all_configs(U, M, W):
     }
 
 
-def test_round_trip_is_exact_for_every_kind(inputs, tmp_path):
+@pytest.fixture(scope="module")
+def configs(inputs):
+    return all_configs(*inputs)
+
+
+def test_round_trip_is_exact_for_every_kind(inputs, configs, tmp_path):
     U, M, W = inputs
     x = np.arange(10)
-    for name, cfg in all_configs(U, M, W).items():
+    for name, cfg in configs.items():
         path = cfg.save(tmp_path / f"{name}.json")
         back = MechanismConfig.load(path, U, M, W)
         assert back == cfg, name
@@ -52,8 +57,8 @@ def test_round_trip_is_exact_for_every_kind(inputs, tmp_path):
         out = mech.release(x, rng=0, secure=False)
         assert np.all(np.isfinite(np.atleast_1d(out)))
         assert not list(tmp_path.glob(".*.tmp"))  # atomic save leaves no temporary file
-    assert all_configs(U, M, W)["mwem"].params["T"] >= 1
-    assert all_configs(U, M, W)["smalldb"].params == {"size": 2}
+    assert configs["mwem"].params["T"] >= 1
+    assert configs["smalldb"].params == {"size": 2}
 
 
 def test_infinity_and_nan_round_trip(inputs, tmp_path):
@@ -81,9 +86,9 @@ def _tamper(path, edit):
 
 
 @pytest.mark.parametrize("kind", ["laplace", "exponential", "smalldb", "mwem"])
-def test_raised_beta_is_refused(inputs, tmp_path, kind):
+def test_raised_beta_is_refused(inputs, configs, tmp_path, kind):
     U, M, W = inputs
-    cfg = all_configs(U, M, W)[kind]
+    cfg = configs[kind]
     path = cfg.save(tmp_path / "c.json")
 
     def raise_beta(doc):
@@ -99,9 +104,9 @@ def test_raised_beta_is_refused(inputs, tmp_path, kind):
             MechanismConfig.load(path, U, M, W)
 
 
-def test_other_inputs_are_refused_naming_the_part(inputs, tmp_path):
+def test_other_inputs_are_refused_naming_the_part(inputs, configs, tmp_path):
     U, M, W = inputs
-    path = all_configs(U, M, W)["laplace"].save(tmp_path / "c.json")
+    path = configs["laplace"].save(tmp_path / "c.json")
     U2 = dp.Universe.from_points(np.asarray(U.coords) * 1.5)
     W2 = dp.Workload(W.dense()[::-1])
     with pytest.raises(ConfigMismatchError, match="another universe"):
@@ -118,9 +123,9 @@ def test_other_inputs_are_refused_naming_the_part(inputs, tmp_path):
         MechanismConfig.load(path, U, M, W)
 
 
-def test_malformed_files_are_refused(inputs, tmp_path):
+def test_malformed_files_are_refused(inputs, configs, tmp_path):
     U, M, W = inputs
-    good = all_configs(U, M, W)["laplace"].to_json()
+    good = configs["laplace"].to_json()
     cases = {
         "truncated": good[: len(good) // 2],
         "not_json": "this is not JSON\n",
@@ -156,3 +161,17 @@ def test_from_design_refuses_an_unsafe_design_and_unbound_use(inputs):
     with pytest.raises(ConfigError, match="not bound"):
         cfg.to_mechanism()
     assert cfg.bind(W, U, M).to_mechanism().kind == "laplace"
+
+
+def test_universe_is_checked_before_a_metric_that_cannot_apply(inputs, tmp_path):
+    """A Matrix metric sized for the config's universe, loaded with a larger universe: the error
+    names the universe (the metric is not evaluated on a universe it does not fit)."""
+    U, _, W = inputs
+    M = metrics.Matrix(metrics.Euclidean(1.0).budget(U))
+    path = MechanismConfig.from_design(W, U, M, dp.design(W, U, M, method="exact")).save(
+        tmp_path / "m.json")
+    U2 = dp.Universe.from_points(np.vstack([np.asarray(U.coords), [[9.0, 9.0]]]))
+    W2 = dp.Workload(np.hstack([W.dense(), np.zeros((W.m, 1))]))
+    with pytest.raises(ConfigMismatchError, match="another universe"):
+        MechanismConfig.load(path, U2, M, W2)
+    assert MechanismConfig.load(path, U, M, W).to_mechanism().kind == "laplace"
