@@ -4,14 +4,17 @@ The privacy budget follows a metric d_X on the data universe: eps_ij = d_X(chi_i
 privacy loss of moving one record from element i to element j (Definition 2).
 """
 
-from dprivacy import errors, metrics, noise
+from dprivacy import data, errors, metrics, noise
+from dprivacy.audit import AuditResult, audit
+from dprivacy.config import MechanismConfig
 from dprivacy.design import LOSSES, METHODS, Design, design, improvement_factor
-from dprivacy.mechanisms import DXLaplace, Laplace
+from dprivacy.mechanisms import DXMWEM, DXExponential, DXLaplace, DXSmallDB, Laplace
 from dprivacy.universe import Universe
 from dprivacy.workload import Workload
 
 __all__ = [
-    "LOSSES", "METHODS", "DXLaplace", "Design", "Laplace", "Universe", "Workload", "design",
+    "LOSSES", "METHODS", "AuditResult", "DXExponential", "DXLaplace", "DXMWEM", "DXSmallDB",
+    "Design", "Laplace", "MechanismConfig", "Universe", "Workload", "audit", "data", "design",
     "errors", "improvement_factor", "metrics", "noise",
 ]
 __version__ = "0.1.0"

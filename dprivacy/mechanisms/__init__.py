@@ -1,5 +1,8 @@
 """d_X-private mechanisms (and their eps-DP baselines) built from a solved Design."""
 
+from dprivacy.mechanisms.exponential import DXExponential
 from dprivacy.mechanisms.laplace import DXLaplace, Laplace
+from dprivacy.mechanisms.mwem import DXMWEM
+from dprivacy.mechanisms.smalldb import DXSmallDB
 
-__all__ = ["DXLaplace", "Laplace"]
+__all__ = ["DXMWEM", "DXExponential", "DXLaplace", "DXSmallDB", "Laplace"]
