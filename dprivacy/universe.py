@@ -240,11 +240,16 @@ class Universe:
 
     def check_histogram(self, x: np.ndarray) -> np.ndarray:
         """Validate a histogram for this universe: shape (N,), finite, non-negative."""
-        arr = np.asarray(x, dtype=float)
-        if arr.ndim != 1 or arr.shape[0] != self.N:
-            raise ShapeError(f"histogram has shape {arr.shape}; the universe has N = {self.N}")
-        if not np.all(np.isfinite(arr)):
-            raise ValidationError("histogram has NaN or infinite counts")
-        if np.any(arr < 0):
-            raise ValidationError(f"histogram has negative counts (x[{int(np.argmin(arr))}])")
-        return arr
+        return check_histogram(x, self.N)
+
+
+def check_histogram(x, N: int) -> np.ndarray:  # noqa: N803
+    """Validate a histogram of length N (finite, non-negative counts); return it as floats."""
+    arr = np.asarray(x, dtype=float)
+    if arr.ndim != 1 or arr.shape[0] != N:
+        raise ShapeError(f"histogram x has shape {arr.shape}; expected ({N},), one count per element")
+    if not np.all(np.isfinite(arr)):
+        raise ValidationError("histogram x has NaN or infinite counts")
+    if np.any(arr < 0):
+        raise ValidationError(f"histogram x has a negative count at index {int(np.argmin(arr))}")
+    return arr

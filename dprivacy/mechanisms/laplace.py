@@ -17,23 +17,14 @@ import numpy as np
 from dprivacy import noise
 from dprivacy.design import PRIVACY_RTOL, Design
 from dprivacy.errors import PrivacyViolationError, ShapeError, ValidationError
+from dprivacy.universe import check_histogram
 from dprivacy.workload import Workload
 
 if TYPE_CHECKING:
     from dprivacy.metrics.base import Metric
     from dprivacy.universe import Universe
 
-
-def check_histogram(x, N: int) -> np.ndarray:  # noqa: N803
-    """Validate a histogram of length N: finite, non-negative counts."""
-    arr = np.asarray(x, dtype=float)
-    if arr.ndim != 1 or arr.shape[0] != N:
-        raise ShapeError(f"histogram x has shape {arr.shape}; expected ({N},), one count per element")
-    if not np.all(np.isfinite(arr)):
-        raise ValidationError("histogram x has NaN or infinite counts")
-    if np.any(arr < 0):
-        raise ValidationError(f"histogram x has a negative count at {int(np.argmin(arr))}")
-    return arr
+__all__ = ["DXLaplace", "Laplace", "check_histogram"]
 
 
 class DXLaplace:
