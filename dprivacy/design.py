@@ -108,8 +108,14 @@ class Design:
         return ratio
 
 
-def _solver_error(exc: Exception, universe: Universe) -> InfeasibleDesignError:
-    return InfeasibleDesignError(f"{exc} (universe of N = {universe.N}; see spec §9.3)")
+def call_solver(fn, *args: Any, **kwargs: Any):
+    """Call a :mod:`solvers` function, turning its errors into dprivacy errors."""
+    try:
+        return fn(*args, **kwargs)
+    except solvers.InfeasibleError as exc:
+        raise InfeasibleDesignError(f"{exc} (see spec §9.3 on zero distances)") from exc
+    except solvers.SolverError as exc:
+        raise ValidationError(str(exc)) from exc
 
 
 def design(
@@ -161,12 +167,7 @@ def design(
         raise ValidationError(f"n = {n}: the number of records is a non-negative integer")
     workload.check_universe(universe)
     cs = metric.constraint_set(universe)
-    try:
-        res = solvers.design(workload.F, cs, method=method, loss=loss, n=n, **options)
-    except solvers.InfeasibleError as exc:
-        raise _solver_error(exc, universe) from exc
-    except solvers.SolverError as exc:
-        raise ValidationError(str(exc)) from exc
+    res = call_solver(solvers.design, workload.F, cs, method=method, loss=loss, n=n, **options)
     report = dict(res.report)
     report.setdefault("metric", repr(metric))
     d = Design(res.w, res.beta, method=res.method, loss=res.loss, objective=float(res.objective),

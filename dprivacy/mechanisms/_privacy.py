@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dprivacy.design import PRIVACY_RTOL, Design
+from dprivacy.design import PRIVACY_RTOL, Design, call_solver
 from dprivacy.errors import PrivacyViolationError, ValidationError
 from dprivacy.workload import Workload
 
@@ -98,3 +98,16 @@ def as_design(workload: Workload, w, beta: float, *, method: str, loss: str = "m
     w_arr = np.broadcast_to(np.asarray(w, dtype=float), (workload.m,)).copy()
     return Design(w_arr, np.full(workload.m, float(beta)), method=method, loss=loss,
                   objective=float(objective), report=dict(report or {}), constraints=constraints)
+
+
+def solved_design(workload, universe: Universe, metric: Metric, solver, *args, **kwargs
+                  ) -> tuple[Workload, Design]:
+    """Run a parameter solver (``solvers.smalldb_params`` / ``mwem_params``) on the metric's
+    constraints and wrap its result as a Design with one shared beta (SmallDB, MWEM)."""
+    W = workload if isinstance(workload, Workload) else Workload(workload)
+    W.check_universe(universe)
+    cs = metric.constraint_set(universe)
+    res = call_solver(solver, W.F, cs, *args, **kwargs)
+    d = as_design(W, res.w, shared_beta(Design(res.w, res.beta)), method=res.method,
+                  loss=res.loss, objective=res.objective, report=res.report, constraints=cs)
+    return W, d

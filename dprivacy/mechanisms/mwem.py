@@ -21,13 +21,14 @@ from scipy.special import logsumexp
 import solvers
 from dprivacy import noise
 from dprivacy.design import Design
-from dprivacy.errors import InfeasibleDesignError, ShapeError, ValidationError
+from dprivacy.errors import ShapeError, ValidationError
 from dprivacy.mechanisms._privacy import (
     as_design,
     check_max_condition,
     resolve_constraints,
     scaled_log_weights,
     shared_beta,
+    solved_design,
 )
 from dprivacy.mechanisms.laplace import check_histogram
 from dprivacy.mechanisms.smalldb import check_unit_queries
@@ -147,19 +148,8 @@ class DXMWEM:
     def from_solver(cls, workload, universe: Universe, metric: Metric, n: int, *,
                     T: int | None = None) -> DXMWEM:
         """T and beta of spec §5.2 via :func:`solvers.mwem_params` (T* unless T is given)."""
-        W = workload if isinstance(workload, Workload) else Workload(workload)
-        W.check_universe(universe)
-        cs = metric.constraint_set(universe)
-        try:
-            res = solvers.mwem_params(W.F, cs, n, T=T)
-        except solvers.InfeasibleError as exc:
-            raise InfeasibleDesignError(str(exc)) from exc
-        except solvers.SolverError as exc:
-            raise ValidationError(str(exc)) from exc
-        probe = Design(res.w, res.beta)
-        d = as_design(W, res.w, shared_beta(probe), method=res.method, loss=res.loss,
-                      objective=res.objective, report=res.report, constraints=cs)
-        return cls(W, d, T=int(res.report["T"]), universe=universe, metric=metric)
+        W, d = solved_design(workload, universe, metric, solvers.mwem_params, n, T=T)
+        return cls(W, d, T=int(d.report["T"]), universe=universe, metric=metric)
 
     @classmethod
     def baseline(cls, workload, universe: Universe, metric: Metric, T: int) -> DXMWEM:

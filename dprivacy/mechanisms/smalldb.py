@@ -23,7 +23,6 @@ from dprivacy import noise
 from dprivacy.design import Design
 from dprivacy.errors import (
     CandidateSetTooLargeError,
-    InfeasibleDesignError,
     ShapeError,
     ValidationError,
 )
@@ -33,6 +32,7 @@ from dprivacy.mechanisms._privacy import (
     resolve_constraints,
     scaled_log_weights,
     shared_beta,
+    solved_design,
 )
 from dprivacy.mechanisms.laplace import check_histogram
 from dprivacy.workload import Workload
@@ -202,18 +202,7 @@ class DXSmallDB:
                     size: int | None = None, alpha: float | None = None, delta: float = 0.05,
                     max_candidates: int = MAX_CANDIDATES) -> DXSmallDB:
         """(w, beta) from problem (8) via :func:`solvers.smalldb_params` for n records."""
-        W = workload if isinstance(workload, Workload) else Workload(workload)
-        W.check_universe(universe)
-        cs = metric.constraint_set(universe)
-        try:
-            res = solvers.smalldb_params(W.F, cs, n, delta=delta)
-        except solvers.InfeasibleError as exc:
-            raise InfeasibleDesignError(str(exc)) from exc
-        except solvers.SolverError as exc:
-            raise ValidationError(str(exc)) from exc
-        probe = Design(res.w, res.beta)
-        d = as_design(W, res.w, shared_beta(probe), method=res.method, loss=res.loss,
-                      objective=res.objective, report=res.report, constraints=cs)
+        W, d = solved_design(workload, universe, metric, solvers.smalldb_params, n, delta=delta)
         return cls(W, d, size=size, alpha=alpha, universe=universe, metric=metric,
                    max_candidates=max_candidates)
 
