@@ -326,7 +326,10 @@ class ConstraintSet:
         c = np.zeros(m)
         bi = np.full(m, -1, np.int64)
         bj = np.full(m, -1, np.int64)
+        n = 0
         for b in self.blocks(F, memory_bytes):
+            if self._n is None:
+                n += int(np.count_nonzero(b.eps < np.inf))
             if b.eps.size == 0:
                 continue
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -337,6 +340,8 @@ class ConstraintSet:
                 c[k] = r[k, a]
                 pi, pj = b.pairs(np.array([a]))
                 bi[k], bj[k] = pi[0], pj[0]
+        if self._n is None:
+            object.__setattr__(self, "_n", n)
         return c, bi, bj
 
     def lipschitz(self, f: np.ndarray, *, memory_bytes: int = 2**30) -> float:

@@ -97,6 +97,7 @@ def test_exact_with_small_memory_and_forced_rounds_matches():
     b = design(F, ConstraintSet.oracle(120, lambda rows: eps[rows]), method="exact",
                memory_bytes=50_000)
     assert a.objective == pytest.approx(b.objective, rel=1e-8)
+    assert b.report["n_constraints"] == a.report["n_constraints"] == 120 * 119 // 2
     assert a.report["n_constraints_used"] < a.report["n_constraints"] / 20
 
 
