@@ -12,7 +12,7 @@ entries = Fig 2d) random matrices are designed by:
 
 IF(F) = (Delta F / eps_min) * (prod_k beta_k)^(1/m) (spec §3.10); averaged over the matrices.
 Privacy condition of every design (Theorem 1): sum_k beta_k |F_ki - F_kj| <= eps_ij for all pairs.
-Placeholders (spec §7.2 P6): m = 1..10; the full run uses 5 matrices per (type, m) instead of the
+Placeholders (spec §7.2 P6): m = 1..10; the full run uses 10 matrices per (type, m) instead of the
 placeholder's 100 to keep ``run_all`` under ten minutes (quick: N = 120, m in {1, 2, 4}, 2 matrices).
 
 Run:  python -m experiments.fig2cd_multi_strategies [--quick] [--seed S]
@@ -46,7 +46,7 @@ def run(quick: bool = False, seed: int = 0, outdir: Path = C.RESULTS_DIR,
     if quick:
         N, ms, reps, eps = 120, (1, 2, 4), 2, eps or (0.1, 1.0)
     else:
-        N, ms, reps, eps = 1000, tuple(range(1, 11)), 5, eps or (1.0,)
+        N, ms, reps, eps = 1000, tuple(range(1, 11)), 10, eps or (1.0,)
     rng = np.random.default_rng(seed)
     U = dp.Universe.from_points(synthetic_points(N, 1000, rng=rng))
     metrics = {float(e): dp.metrics.Euclidean(eps_per_unit=float(e)) for e in eps}
