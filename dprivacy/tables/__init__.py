@@ -3,29 +3,38 @@
 See the spec ``PINQ_PROPER.md``: :class:`Queryable` (PINQ, one global budget and stability-tracked
 transformations), :class:`ProPerTable` (personal budgets, affine provenance, silent dropping),
 :class:`Ledger` / :class:`MemoryLedger` (budget stores) and :mod:`.sampling` (Paper III).
+
+Names are imported lazily (PEP 562), so a process that only needs the ledger (e.g. a worker
+charging a shared SQLite file) does not pay for pandas and OpenDP.
 """
 
-from dprivacy.tables.agents import (
-    BinaryAgent,
-    BudgetAgent,
-    PartitionAgent,
-    SigmaAgent,
-    UnaryAgent,
-)
-from dprivacy.tables.ledger import BudgetLedger, Charge, Ledger, MemoryLedger
-from dprivacy.tables.pinq import Queryable
-from dprivacy.tables.proper import ProPerTable
+from __future__ import annotations
 
-__all__ = [
-    "Queryable",
-    "ProPerTable",
-    "Ledger",
-    "MemoryLedger",
-    "BudgetLedger",
-    "Charge",
-    "BudgetAgent",
-    "UnaryAgent",
-    "SigmaAgent",
-    "BinaryAgent",
-    "PartitionAgent",
-]
+import importlib
+from typing import Any
+
+_WHERE = {
+    "Queryable": "pinq",
+    "ProPerTable": "proper",
+    "Ledger": "ledger",
+    "MemoryLedger": "ledger",
+    "BudgetLedger": "ledger",
+    "Charge": "ledger",
+    "BudgetAgent": "agents",
+    "UnaryAgent": "agents",
+    "SigmaAgent": "agents",
+    "BinaryAgent": "agents",
+    "PartitionAgent": "agents",
+}
+
+__all__ = list(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"dprivacy.tables.{_WHERE[name]}"), name)
+    raise AttributeError(f"module 'dprivacy.tables' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -206,12 +206,18 @@ INSERT OR IGNORE INTO meta VALUES ('next_id', 0);
 """
 
 
+_INHERITED: list[sqlite3.Connection] = []
+
+
 class Ledger(BudgetLedger):
     """Durable budgets in an SQLite file (WAL mode, ``synchronous=FULL``).
 
     Every charge is one ``BEGIN IMMEDIATE`` transaction that debits the payers, logs the charge
     (``queries`` and ``charges`` tables) and commits before :meth:`charge` returns. Several
-    processes may open the same file; each gets its own connection.
+    processes may open the same file; each gets its own connection. Start worker processes
+    with ``spawn``/``forkserver`` or a fresh interpreter: SQLite does not survive ``fork()`` of
+    a process that has SQLite connections open (https://www.sqlite.org/howtocorrupt.html §2.6;
+    the crash test of this package lost commits with forked workers and none with fresh ones).
 
     Parameters:
         path: the database file (created if missing).
@@ -227,7 +233,12 @@ class Ledger(BudgetLedger):
         self._db().executescript(_SCHEMA)
 
     def _db(self) -> sqlite3.Connection:
-        if self._conn is None or self._pid != os.getpid():
+        if self._conn is not None and self._pid != os.getpid():
+            # a forked child must neither use nor close its parent's connection (closing it could
+            # checkpoint and remove the parent's WAL): keep it referenced, open a new one
+            _INHERITED.append(self._conn)
+            self._conn = None
+        if self._conn is None:
             conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")

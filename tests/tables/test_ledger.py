@@ -1,0 +1,138 @@
+"""Budget ledgers: unit behaviour, crash safety under SIGKILL, multi-process races."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dprivacy.errors import UnknownRecordError, ValidationError
+from dprivacy.tables.ledger import UNIT, Ledger, MemoryLedger, to_units
+
+ROOT = str(Path(__file__).resolve().parents[2])
+ENV = {**os.environ, "PYTHONPATH": ROOT}
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def ledger(request, tmp_path):
+    return MemoryLedger() if request.param == "memory" else Ledger(tmp_path / "l.sqlite")
+
+
+def test_register_charge_remaining(ledger):
+    ids = ledger.new_ids(4)
+    ledger.register(ids, [1.0, 0.5, 0.2, 0.0])
+    ch = ledger.charge(ids, [0.3, 0.6, 0.2, 0.0])
+    assert list(ch.ok) == [True, False, True, True]
+    assert list(ledger.remaining(ids)) == pytest.approx([0.7, 0.5, 0.0, 0.0])
+    assert list(ledger.contains([ids[0], 999])) == [True, False]
+    assert list(ledger.new_ids(2)) == [4, 5]
+
+
+def test_errors_charge_nothing(ledger):
+    ids = ledger.new_ids(2)
+    ledger.register(ids, 1.0)
+    for bad_call, err in [
+        (lambda: ledger.charge([0, 77], 0.1), UnknownRecordError),
+        (lambda: ledger.charge([0, 0], 0.1), ValidationError),
+        (lambda: ledger.charge([0, 1], -0.1), ValidationError),
+        (lambda: ledger.charge([0, 1], [0.1]), ValidationError),
+        (lambda: ledger.charge([-1], 0.1), ValidationError),
+        (lambda: ledger.register([5], -1.0), ValidationError),
+        (lambda: ledger.register([0], 1.0), ValidationError),
+        (lambda: ledger.remaining([77]), UnknownRecordError),
+    ]:
+        with pytest.raises(err):
+            bad_call()
+    assert list(ledger.remaining(ids)) == [1.0, 1.0]
+
+
+def test_units_round_costs_up_and_budgets_down():
+    assert to_units(0.1, round_up=True) == 100_000_000
+    assert to_units(0.1 + 0.2, round_up=True) == 300_000_000  # float noise is absorbed
+    assert to_units(1.5e-9, round_up=True) == 2 and to_units(1.5e-9, round_up=False) == 1
+    assert UNIT == 1e-9
+
+
+def test_sqlite_logs_every_charge(tmp_path):
+    led = Ledger(tmp_path / "a.sqlite")
+    led.register([0, 1], 1.0)
+    ch = led.charge([0, 1], [0.4, 2.0], label="x")
+    with sqlite3.connect(tmp_path / "a.sqlite") as db:
+        rows = db.execute("SELECT query, id, amount FROM charges").fetchall()
+    assert rows == [(ch.query_id, 0, 400_000_000)]
+
+
+def _db_state(path: Path) -> tuple[dict, dict, set]:
+    db = sqlite3.connect(path)
+    rem = dict(db.execute("SELECT id, remaining FROM budgets"))
+    init = dict(db.execute("SELECT id, initial FROM budgets"))
+    logged = dict(db.execute("SELECT id, SUM(amount) FROM charges GROUP BY id"))
+    queries = {r[0] for r in db.execute("SELECT query FROM queries")}
+    db.close()
+    spent = {i: init[i] - rem[i] for i in rem}
+    return spent, {i: logged.get(i, 0) for i in rem}, queries
+
+
+def _worker(*args: str) -> subprocess.Popen:
+    """A fresh interpreter running tests/tables/ledger_worker.py; returns once it is ready."""
+    proc = subprocess.Popen([sys.executable, "-m", "tests.tables.ledger_worker", *args],
+                            cwd=ROOT, env=ENV, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_points_never_releases_uncharged(tmp_path):
+    db, out = tmp_path / "k.sqlite", tmp_path / "released.txt"
+    Ledger(db).register(np.arange(20), 1.0)
+    rng = np.random.default_rng(0)
+    done, kills = 0, 0
+    while done < 200:
+        proc = _worker("kill", str(db), str(out), str(done), "200")
+        try:  # 200 commits take 0.1-2 s: kill the first 5 runs at random points, then finish
+            proc.wait(timeout=rng.uniform(0.0, 0.1) if kills < 5 else 300)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        proc.wait()
+        proc.stdout.close()
+        done = len(out.read_text().splitlines()) if out.exists() else 0
+        assert kills < 500, "the worker never got through its queries"
+    released = [line.split() for line in out.read_text().splitlines()]
+    spent, logged, queries = _db_state(db)
+    assert kills >= 2
+    assert len(released) == 200 and [r[1] for r in released] == [f"q{i}" for i in range(200)]
+    assert all(int(r[0]) in queries for r in released)  # every released answer was charged
+    assert spent == logged  # budgets and log agree: debit and log are one transaction
+    assert min(Ledger(db).remaining(np.arange(20))) >= 0
+    with sqlite3.connect(db) as con:
+        for qid, label, answer in released:
+            row = con.execute("SELECT label FROM queries WHERE query=?", (int(qid),)).fetchone()
+            assert row == (label,)
+            payers = con.execute("SELECT COUNT(*) FROM charges WHERE query=?", (int(qid),))
+            assert payers.fetchone()[0] == int(answer)
+    con.close()
+
+
+@pytest.mark.slow
+def test_eight_processes_racing_never_overspend(tmp_path):
+    db, go = tmp_path / "r.sqlite", tmp_path / "go"
+    Ledger(db).register([0, 1, 2], [2.0, 1.0, 0.35])
+    procs = [_worker("race", str(db), "8", str(go)) for _ in range(8)]
+    go.touch()  # all eight are connected: start the race
+    wins = np.zeros(3, dtype=int)
+    for p in procs:
+        stdout, _ = p.communicate(timeout=120)
+        assert p.returncode == 0
+        wins += np.array(stdout.split(), dtype=int)
+    assert list(wins) == [20, 10, 3]  # 64 attempts each; exactly floor(budget / 0.1) succeed
+    rem = Ledger(db).remaining([0, 1, 2])
+    assert list(rem) == pytest.approx([0.0, 0.0, 0.05])
+    spent, logged, _ = _db_state(db)
+    assert spent == logged
