@@ -170,3 +170,18 @@ def test_python_dash_m_subprocess(inputs: dict[str, Path]) -> None:
                         cwd=inputs["dir"])
     assert no.returncode == 1 and "Traceback" not in no.stderr
     assert not (inputs["dir"] / "answers.csv").exists()
+
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_readme_quick_start_and_python_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    text = README.read_text(encoding="utf-8")
+    assert 'pip install . && dprivacy demo' in text
+    assert 'pip install ".[test]" && python -m pytest -q' in text
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md", "exec"), {})  # noqa: S102 (our own README example)
+    assert (tmp_path / "config.json").is_file()
+    assert len(capsys.readouterr().out.splitlines()) == 2
