@@ -199,3 +199,34 @@ def test_fingerprint_changes_with_parameters():
     U = Universe.from_points(np.arange(4.0))
     assert metrics.Euclidean(1.0).fingerprint(U) != metrics.Euclidean(2.0).fingerprint(U)
     assert metrics.Euclidean(1.0).fingerprint(U) == metrics.Euclidean(1.0).fingerprint(U)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(2, 10), st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9),
+                                              st.floats(0.0, 4.0)), max_size=25))
+def test_random_graph_and_matrix_metrics(n, raw_edges):
+    U = Universe.from_points(np.arange(n, dtype=float))
+    edges = [(i % n, j % n, w) for i, j, w in raw_edges if i % n != j % n]
+    eps = metrics.Graph(edges).budget(U)
+    assert_metric(eps)
+    # any symmetric non-negative matrix becomes a metric through the closure
+    rng = np.random.default_rng(n + len(edges))
+    a = rng.uniform(0, 3, (n, n))
+    a = a + a.T
+    np.fill_diagonal(a, 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ClosureWarning)
+        closed = metrics.Matrix(a).budget(U)
+    assert_metric(closed)
+    assert np.all(closed <= a + 1e-12)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.1, 5), st.floats(0.1, 5)), min_size=1, max_size=4))
+def test_min_rule_on_binary_attributes_is_attribute_weighted(pairs):
+    doms = {f"a{k}": [0, 1] for k in range(len(pairs))}
+    U = Universe.from_domains(doms)
+    vw = metrics.ValueWeighted({a: {0: p[0], 1: p[1]} for a, p in zip(doms, pairs, strict=True)})
+    aw = metrics.AttributeWeighted({a: min(p) for a, p in zip(doms, pairs, strict=True)})
+    np.testing.assert_allclose(vw.budget(U), aw.budget(U))
+    assert_metric(vw.budget(U))
