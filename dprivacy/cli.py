@@ -421,7 +421,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--all", action="store_true", help="run every experiment")
     s.add_argument("--quick", action="store_true", help="small sizes (seconds)")
     s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--outdir", default=None, help="default experiments/results/")
+    s.add_argument("--outdir", default=None,
+                   help="default experiments/results/ (--quick: experiments/results/quick/)")
     s.set_defaults(func=cmd_reproduce)
     return p
 

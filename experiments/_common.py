@@ -34,6 +34,8 @@ import dprivacy as dp  # noqa: E402
 from dprivacy.metrics.base import Metric  # noqa: E402
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+#: --quick runs write here by default, so they never overwrite the full run's committed results.
+QUICK_DIR = RESULTS_DIR / "quick"
 #: Memory budget of the blocked pair scans (4 workers share the machine).
 SCAN_BYTES = 2**26
 
@@ -110,8 +112,9 @@ def parser(name: str, doc: str | None) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="small sizes: runs in seconds")
     p.add_argument("--seed", type=int, default=0, help="seed of every random draw (default 0)")
-    p.add_argument("--outdir", type=Path, default=RESULTS_DIR,
-                   help=f"where CSV and PNG go (default {RESULTS_DIR})")
+    p.add_argument("--outdir", type=Path, default=None,
+                   help="where CSV and PNG go (default experiments/results/, with --quick "
+                        "experiments/results/quick/)")
     return p
 
 
@@ -120,12 +123,18 @@ def main(name: str, doc: str | None, run: Callable[..., pd.DataFrame],
          argv: Sequence[str] | None = None) -> pd.DataFrame:
     """Parse --quick/--seed/--outdir, run, print the summary table and the wall time."""
     args = parser(name, doc).parse_args(argv)
+    outdir = args.outdir or default_outdir(args.quick)
     t0 = time.perf_counter()
-    df = run(quick=args.quick, seed=args.seed, outdir=args.outdir)
+    df = run(quick=args.quick, seed=args.seed, outdir=outdir)
     print(format_table(summarize(df)))
-    print(f"[{name}] {time.perf_counter() - t0:.1f} s; wrote {args.outdir / (name + '.csv')} "
+    print(f"[{name}] {time.perf_counter() - t0:.1f} s; wrote {outdir / (name + '.csv')} "
           f"and {name}.png")
     return df
+
+
+def default_outdir(quick: bool) -> Path:
+    """experiments/results/ for full runs, experiments/results/quick/ for --quick runs."""
+    return QUICK_DIR if quick else RESULTS_DIR
 
 
 def format_table(df: pd.DataFrame) -> str:

@@ -2,9 +2,10 @@
 
 Run:  python -m experiments.run_all [--quick] [--seed S] [--outdir DIR] [--only NAME ...]
 (also ``dprivacy reproduce --all [--quick]``).  Each experiment prints its table and writes
-``<name>.csv`` / ``<name>.png``; this script adds ``targets.csv`` and ``targets.md`` (the table
-of spec §7.2's targets next to what was measured) and ``run_all_times.csv`` (wall time per
-experiment) to the output folder.
+``<name>.csv`` / ``<name>.png`` (to experiments/results/, or experiments/results/quick/ with
+--quick, so quick runs never overwrite the full results); this script adds ``targets.csv`` and
+``targets.md`` (the table of spec §7.2's targets next to what was measured) and
+``run_all_times.csv`` (wall time per experiment) to the output folder.
 """
 
 from __future__ import annotations
@@ -47,12 +48,15 @@ def load(name: str) -> ModuleType:
     return importlib.import_module(f"experiments.{name}")
 
 
-def run_all(quick: bool = False, seed: int = 0, outdir: Path = C.RESULTS_DIR,
+def run_all(quick: bool = False, seed: int = 0, outdir: Path | None = None,
             names: Sequence[str] | None = None, echo: bool = True) -> Outcome:
-    """Run the experiments ``names`` (default all), print their tables, write the targets table."""
+    """Run the experiments ``names`` (default all), print their tables, write the targets table.
+
+    ``outdir`` defaults to experiments/results/ (full) or experiments/results/quick/ (quick).
+    """
     names = list(names) if names else list(EXPERIMENTS)
     modules = [load(n) for n in names]
-    outdir = Path(outdir)
+    outdir = Path(outdir) if outdir is not None else C.default_outdir(quick)
     results, seconds = {}, {}
     for name, mod in zip(names, modules, strict=True):
         t0 = time.perf_counter()
