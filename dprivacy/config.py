@@ -212,6 +212,9 @@ class MechanismConfig:
                 fh.write(text)
                 fh.flush()
                 os.fsync(fh.fileno())
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a config is an ordinary file
             os.replace(tmp, path)
         except BaseException:
             if os.path.exists(tmp):
