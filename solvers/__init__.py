@@ -26,6 +26,7 @@ from solvers.closed_form import closed_form
 from solvers.constraints import ConstraintSet, ScanResult, as_query_matrix
 from solvers.convex import exact
 from solvers.errors import InfeasibleError, SolverError
+from solvers.joint import joint
 from solvers.result import SolverResult
 from solvers.strategies import budget_sharing, equal_split, uniform
 from solvers.synthetic import mwem_params, smalldb_params
@@ -53,9 +54,11 @@ def design(F: object, constraints: ConstraintSet, method: str = "exact", loss: s
         spec §6.2), "budget_sharing" (Algorithm 3, spec §6.3; ``max_rounds`` = its T, default 50),
         "bcd" (spec §8.1, squared loss) or "exact" (convex program in u = w beta, spec §9.1).
     loss : "squared", "absolute", "max" or "log" (objective of "exact" and the reported value).
-    n : number of records; when given, "exact" applies the optimal shrinkage w (spec §9.1),
-        "bcd" optimises w, and the objective includes the bias term of Theorem 2 (the paper's
-        strategies and the closed form keep w = 1).
+    n : number of records; when given, the objective includes the bias term of Theorem 2 and
+        "exact" solves the JOINT problem over (w, u) for the squared and absolute losses
+        (:mod:`solvers.joint`; report keys ``global_optimum``, ``convex_region``,
+        ``lower_bound``, ``shrinkage_objective``), "bcd" optimises w by block descent; for
+        "max"/"log" "exact" keeps w = 1 (the paper's strategies and the closed form too).
     memory_bytes : work-array budget of the blocked scans. tol : max relative violation at
         which constraint generation stops. max_rounds : round limit (method specific).
 
@@ -88,11 +91,14 @@ def design(F: object, constraints: ConstraintSet, method: str = "exact", loss: s
     elif method == "bcd":
         draft = bcd(A, constraints, c, bi, bj, n, loss, tol=tol, max_rounds=max_rounds,
                     progress=progress, **kw)
+    elif n is not None and loss in ("squared", "absolute"):
+        draft = joint(A, constraints, c, bi, bj, n, loss, tol=tol, max_rounds=max_rounds,
+                      progress=progress, **kw)
     else:
         draft = exact(A, constraints, c, bi, bj, loss, tol=tol, max_rounds=max_rounds,
                       progress=progress, **kw)
-    if n is not None and method == "exact":
-        w, note = shrinkage(draft.u, A, n, loss)
-        draft.w = w
-        draft.notes.append(note)
+        if n is not None:
+            w, note = shrinkage(draft.u, A, n, loss)
+            draft.w = w
+            draft.notes.append(note)
     return finalize(A, constraints, draft, method=method, loss=loss, n=n, t0=t0, **kw)

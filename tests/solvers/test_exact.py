@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linprog, minimize
 
-from solvers import METHODS, ConstraintSet, design, objective
+from solvers import METHODS, ConstraintSet, design, objective, shrinkage
 from tests.solvers.conftest import euclid_instance, hamming_graph
 
 
@@ -125,11 +125,13 @@ def test_shrinkage_with_n_improves_the_bound():
     cs = ConstraintSet.dense(eps)
     for n in (10.0, 1e3):
         plain = design(F, cs, method="exact", loss="squared")
-        shr = design(F, cs, method="exact", loss="squared", n=n)
-        np.testing.assert_allclose(shr.u, plain.u, rtol=1e-12)  # privacy unchanged: same u
-        assert np.all(shr.w <= 1) and np.all(shr.w > 0)
+        w, _ = shrinkage(plain.u, F, n, "squared")  # shrinkage alone keeps u: privacy unchanged
+        assert np.all(w <= 1) and np.all(w > 0)
+        shr = objective("squared", w, plain.u / w, F, n)
         at_one = objective("squared", np.ones(3), plain.beta, F, n)
-        assert shr.objective < at_one
+        assert shr < at_one
+        joint = design(F, cs, method="exact", loss="squared", n=n)  # joint (w, u): better still
+        assert joint.objective <= shr * (1 + 1e-9)
         bcd = design(F, cs, method="bcd", loss="squared", n=n)
         assert bcd.report["max_ratio"] <= 1 + 1e-9
         assert bcd.objective <= objective("squared", np.ones(3), plain.beta, F, n) * (1 + 1e-6)
