@@ -17,7 +17,7 @@ _WHERE = {
     "Queryable": "pinq",
     "ProPerTable": "proper",
     "Ledger": "ledger",
-    "MemoryLedger": "ledger",
+    "MemoryLedger": "memory_ledger",
     "BudgetLedger": "ledger",
     "Charge": "ledger",
     "BudgetAgent": "agents",

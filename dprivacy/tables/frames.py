@@ -14,7 +14,9 @@ import pandas as pd
 
 from dprivacy.errors import ValidationError
 
-__all__ = ["as_frame", "mask_array", "key_array", "select_frame", "select_many_frame"]
+__all__ = [
+    "as_frame", "mask_array", "key_array", "split_positions", "select_frame", "select_many_frame",
+]
 
 
 def as_frame(df: Any) -> pd.DataFrame:
@@ -46,6 +48,19 @@ def key_array(df: pd.DataFrame, f: str | Callable[[pd.DataFrame], Any]) -> np.nd
     if k.shape != (len(df),):
         raise ValidationError(f"the key function returned shape {k.shape}: need ({len(df)},)")
     return k
+
+
+def split_positions(karr: np.ndarray, keys: list) -> list[np.ndarray]:
+    """For each key, the (ascending) positions of the records with that key; unlisted keys are
+    dropped. One hash lookup and one stable sort for all parts."""
+    if len(set(keys)) != len(keys):
+        raise ValidationError("partition keys must be distinct")
+    if not keys:
+        return []
+    codes = pd.Index(keys).get_indexer(karr)
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(keys) + 1))
+    return [order[bounds[i] : bounds[i + 1]] for i in range(len(keys))]
 
 
 def select_frame(df: pd.DataFrame, f: Callable[[pd.DataFrame], Any]) -> pd.DataFrame:

@@ -1,4 +1,6 @@
-"""Personal budgets keyed by record id: in memory (numpy) or durable in SQLite (WAL).
+"""Personal budgets keyed by record id: the ledger interface and the durable SQLite ledger.
+
+The in-memory ledger is :class:`dprivacy.tables.memory_ledger.MemoryLedger`.
 
 ProPer (spec PINQ_PROPER.md §6.4) keeps one budget B(r) per input record r. A query charges each
 record r a cost C(r); r pays iff B(r) ≥ C(r), and then B(r) −= C(r); records that cannot pay are
@@ -30,7 +32,7 @@ import numpy as np
 
 from dprivacy.errors import UnknownRecordError, ValidationError
 
-__all__ = ["UNIT", "Charge", "BudgetLedger", "MemoryLedger", "Ledger", "to_units"]
+__all__ = ["UNIT", "Charge", "BudgetLedger", "Ledger", "to_units"]
 
 UNIT = 1e-9
 _MAX_UNITS = np.iinfo(np.int64).max // 4
@@ -69,9 +71,12 @@ class BudgetLedger(ABC):
         """``n`` ids never used before (reserved, not yet registered)."""
 
     @abstractmethod
-    def register(self, ids: Any, budgets: Any, *, existing: str = "raise") -> None:
+    def register(
+        self, ids: Any, budgets: Any, *, existing: str = "raise", assume_unique: bool = False
+    ) -> None:
         """Add records with initial budgets. ``existing="keep"`` leaves known ids untouched
-        (re-attaching to a durable ledger); ``"raise"`` refuses them (fresh input only)."""
+        (re-attaching to a durable ledger); ``"raise"`` refuses them (fresh input only).
+        ``assume_unique`` skips the duplicate check (ids from :meth:`new_ids`)."""
 
     @abstractmethod
     def charge(self, ids: Any, costs: Any, *, assume_unique: bool = False) -> Charge:
@@ -86,7 +91,7 @@ class BudgetLedger(ABC):
         """Which ids are registered."""
 
 
-def _ids(ids: Any) -> np.ndarray:
+def ids_array(ids: Any) -> np.ndarray:
     a = np.asarray(ids)
     if a.ndim == 0:
         a = a.reshape(1)
@@ -98,7 +103,7 @@ def _ids(ids: Any) -> np.ndarray:
     return a
 
 
-def _costs(costs: Any, n: int) -> np.ndarray:
+def cost_units(costs: Any, n: int) -> np.ndarray:
     c = to_units(costs, round_up=True)
     if c.ndim == 0:
         return np.full(n, int(c), dtype=np.int64)
@@ -107,91 +112,9 @@ def _costs(costs: Any, n: int) -> np.ndarray:
     return c
 
 
-def _check_unique(ids: np.ndarray) -> None:
+def check_unique(ids: np.ndarray) -> None:
     if ids.size > 1 and np.unique(ids).size != ids.size:
         raise ValidationError("a charge lists a record id twice: pass each id once with its total")
-
-
-class MemoryLedger(BudgetLedger):
-    """Budgets in a numpy int64 array indexed by id (ids from :meth:`new_ids` are dense).
-
-    Not durable and not shared between processes; not thread-safe.
-    """
-
-    def __init__(self) -> None:
-        self._rem = np.zeros(0, dtype=np.int64)
-        self._known = np.zeros(0, dtype=bool)
-        self._next = 0
-
-    def new_ids(self, n: int) -> np.ndarray:
-        out = np.arange(self._next, self._next + int(n), dtype=np.int64)
-        self._next += int(n)
-        return out
-
-    def _grow(self, size: int) -> None:
-        if size > self._rem.size:
-            if size > 4 * max(int(self._known.sum()), 1) + (1 << 22):
-                raise ValidationError(
-                    f"record id {size - 1} is too sparse for the in-memory ledger; use ids from "
-                    "new_ids() or the SQLite Ledger"
-                )
-            new = max(size, 2 * self._rem.size)
-            self._rem = np.concatenate([self._rem, np.zeros(new - self._rem.size, np.int64)])
-            self._known = np.concatenate([self._known, np.zeros(new - self._known.size, bool)])
-
-    def register(self, ids: Any, budgets: Any, *, existing: str = "raise") -> None:
-        a = _ids(ids)
-        b = to_units(budgets, round_up=False)
-        b = np.full(a.size, int(b)) if b.ndim == 0 else b
-        if b.shape != a.shape:
-            raise ValidationError(f"budgets has shape {b.shape}: need a scalar or {a.shape}")
-        _check_unique(a)
-        if a.size == 0:
-            return
-        self._grow(int(a.max()) + 1)
-        old = self._known[a]
-        if old.any() and existing == "raise":
-            raise ValidationError(
-                f"record id {int(a[old][0])} is already registered: new records need fresh ids"
-            )
-        self._rem[a[~old]] = b[~old]
-        self._known[a] = True
-        self._next = max(self._next, int(a.max()) + 1)
-
-    def _check_known(self, a: np.ndarray) -> None:
-        if a.size and (a.max() >= self._known.size or not self._known[a].all()):
-            bad = a[(a >= self._known.size) | ~self._known[np.minimum(a, self._known.size - 1)]]
-            raise UnknownRecordError(f"unknown record id {int(bad[0])}: nothing was charged")
-
-    def charge(self, ids: Any, costs: Any, *, assume_unique: bool = False) -> Charge:
-        a = _ids(ids)
-        c = _costs(costs, a.size)
-        if not assume_unique:
-            _check_unique(a)
-        self._check_known(a)
-        rem = self._rem[a]
-        ok = rem >= c
-        self._rem[a[ok]] = rem[ok] - c[ok]
-        return Charge(ok, None)
-
-    def charge_uniform(self, ids: np.ndarray, cost_units: int) -> np.ndarray:
-        """Fast path for ProPer: unique known ids, one integer cost each; returns the ok mask."""
-        rem = self._rem[ids]
-        ok = rem >= cost_units
-        self._rem[ids[ok]] = rem[ok] - cost_units
-        return ok
-
-    def remaining(self, ids: Any) -> np.ndarray:
-        a = _ids(ids)
-        self._check_known(a)
-        return self._rem[a] * UNIT
-
-    def contains(self, ids: Any) -> np.ndarray:
-        a = _ids(ids)
-        out = np.zeros(a.size, dtype=bool)
-        inside = a < self._known.size
-        out[inside] = self._known[a[inside]]
-        return out
 
 
 _SCHEMA = """
@@ -266,13 +189,15 @@ class Ledger(BudgetLedger):
             raise
         return np.arange(start, start + int(n), dtype=np.int64)
 
-    def register(self, ids: Any, budgets: Any, *, existing: str = "raise") -> None:
-        a = _ids(ids)
+    def register(
+        self, ids: Any, budgets: Any, *, existing: str = "raise", assume_unique: bool = False
+    ) -> None:
+        a = ids_array(ids)
         b = to_units(budgets, round_up=False)
         b = np.full(a.size, int(b)) if b.ndim == 0 else b
         if b.shape != a.shape:
             raise ValidationError(f"budgets has shape {b.shape}: need a scalar or {a.shape}")
-        _check_unique(a)
+        check_unique(a)
         verb = "INSERT OR IGNORE" if existing == "keep" else "INSERT"
         rows = zip(a.tolist(), b.tolist(), b.tolist(), strict=True)
         db = self._db()
@@ -292,8 +217,8 @@ class Ledger(BudgetLedger):
     def charge(
         self, ids: Any, costs: Any, *, assume_unique: bool = False, label: str | None = None
     ) -> Charge:
-        a = _ids(ids)
-        c = _costs(costs, a.size)
+        a = ids_array(ids)
+        c = cost_units(costs, a.size)
         db = self._db()
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -333,7 +258,7 @@ class Ledger(BudgetLedger):
         return Charge(ok, qid)
 
     def remaining(self, ids: Any) -> np.ndarray:
-        a = _ids(ids)
+        a = ids_array(ids)
         got = dict(self._select("SELECT id, remaining FROM budgets WHERE id IN", a))
         missing = [i for i in a.tolist() if i not in got]
         if missing:
@@ -341,7 +266,7 @@ class Ledger(BudgetLedger):
         return np.array([got[i] for i in a.tolist()], dtype=float) * UNIT
 
     def contains(self, ids: Any) -> np.ndarray:
-        a = _ids(ids)
+        a = ids_array(ids)
         got = {r[0] for r in self._select("SELECT id FROM budgets WHERE id IN", a)}
         return np.array([i in got for i in a.tolist()], dtype=bool)
 

@@ -38,7 +38,14 @@ from dprivacy.tables.agents import (
     charge,
     cost,
 )
-from dprivacy.tables.frames import as_frame, key_array, mask_array, select_frame, select_many_frame
+from dprivacy.tables.frames import (
+    as_frame,
+    key_array,
+    mask_array,
+    select_frame,
+    select_many_frame,
+    split_positions,
+)
 
 __all__ = ["Queryable"]
 
@@ -143,18 +150,11 @@ class Queryable:
         different parts cost the maximum, not the sum (parallel composition, P-III Thm 3).
         """
         klist = list(keys)
-        if len(set(klist)) != len(klist):
-            raise ValidationError("partition keys must be distinct")
-        karr = key_array(self._df, f)
+        positions = split_positions(key_array(self._df, f), klist)
         shared = PartitionAgent(self._agent)
-        codes = pd.Index(klist).get_indexer(karr) if klist else np.full(len(karr), -1)
-        order = np.argsort(codes, kind="stable")
-        bounds = np.searchsorted(codes[order], np.arange(len(klist) + 1))
         return {
-            k: Queryable._derive(
-                self._df.iloc[order[bounds[i] : bounds[i + 1]]], shared.part(k), self._roots
-            )
-            for i, k in enumerate(klist)
+            k: Queryable._derive(self._df.iloc[pos], shared.part(k), self._roots)
+            for k, pos in zip(klist, positions, strict=True)
         }
 
     # ------------------------------------------------------------------ binary transformations

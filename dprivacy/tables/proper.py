@@ -31,8 +31,16 @@ import pandas as pd
 from dprivacy.errors import UnknownRecordError, UnsupportedOperationError, ValidationError
 from dprivacy.tables import aggregations as agg
 from dprivacy.tables.agents import _check_eps
-from dprivacy.tables.frames import as_frame, key_array, mask_array, select_frame, select_many_frame
-from dprivacy.tables.ledger import BudgetLedger, MemoryLedger, to_units
+from dprivacy.tables.frames import (
+    as_frame,
+    key_array,
+    mask_array,
+    select_frame,
+    select_many_frame,
+    split_positions,
+)
+from dprivacy.tables.ledger import BudgetLedger, to_units
+from dprivacy.tables.memory_ledger import Account, MemoryLedger
 from dprivacy.tables.pinq import Queryable
 
 __all__ = ["ProPerTable"]
@@ -70,6 +78,9 @@ class ProPerTable:
         self._df = as_frame(df)
         self._prov = np.empty(0, np.int64)
         self._unique = True
+        self._src: tuple[np.ndarray, bool] | None = None
+        self._acct: Account | None = None
+        self._id_offset: int | None = 0  # set while provenance is one run of consecutive ids
         self._df = self._df.iloc[0:0]
         self.insert(df, budget, id_column=id_column, _existing="keep")
 
@@ -82,6 +93,9 @@ class ProPerTable:
         t._prov = prov
         t._ledger = ledger
         t._unique = unique
+        t._src = None
+        t._acct = None
+        t._id_offset = None
         return t
 
     @property
@@ -120,12 +134,17 @@ class ProPerTable:
             if n and (ids.dtype.kind not in "iu" or ids.min() < 0):
                 raise ValidationError(f"id_column {id_column!r}: ids are non-negative integers")
             ids = ids.astype(np.int64)
-        self._ledger.register(ids, b, existing=_existing)
+        self._ledger.register(ids, b, existing=_existing, assume_unique=id_column is None)
         if len(self._df) == 0:
             self._df = new
         else:
             self._df = pd.concat([self._df, new], ignore_index=True)
-        self._prov = np.concatenate([self._prov, ids])
+        if self._id_offset is not None:
+            start = int(ids[0]) - len(self._prov) if n else self._id_offset
+            run = id_column is None and (len(self._prov) == 0 or start == self._id_offset)
+            self._id_offset = start if run else None
+        self._prov = np.concatenate([self._prov, ids]) if len(self._prov) else ids
+        self._src, self._acct = None, None
         return ids
 
     def delete(
@@ -143,6 +162,7 @@ class ProPerTable:
             drop |= np.isin(self._prov, a)
         self._df = self._df[~drop].reset_index(drop=True)
         self._prov = self._prov[~drop]
+        self._src, self._acct, self._id_offset = None, None, None
 
     def update(
         self, f: Callable[[pd.DataFrame], Any], where: Callable[[pd.DataFrame], Any] | None = None
@@ -185,9 +205,12 @@ class ProPerTable:
     ) -> dict[Hashable, ProPerTable]:
         """One ``where`` per key: by the selection principle (§5) the parts need no shared agent;
         a record pays only for the queries on its own part."""
-        karr = key_array(self._df, f)
-        return {k: self._same(self._df[karr == k], self._prov[karr == k], self._unique)
-                for k in keys}
+        klist = list(keys)
+        positions = split_positions(key_array(self._df, f), klist)
+        off = self._id_offset  # provenance = arange(off, off + n): prov[pos] is pos + off
+        return {k: self._same(self._df.iloc[pos], self._prov[pos] if off is None else
+                              (pos if off == 0 else pos + off), self._unique)
+                for k, pos in zip(klist, positions, strict=True)}
 
     def concat(self, other: ProPerTable | pd.DataFrame) -> ProPerTable:
         """Additive union ⊎ with another table of the same ledger, or with a public table (⊥)."""
@@ -278,13 +301,19 @@ class ProPerTable:
         """Charge sources; ``cost_of(counts)`` gives costs from record counts, or ``per_record``
         gives each record's own cost (summed per source). Returns the keep mask (None = all)."""
         prov = self._prov
-        src = prov >= 0
-        all_src = bool(src.all())
+        if self._src is None:  # provenance of a snapshot never changes: compute once
+            src = prov >= 0
+            self._src = (src, bool(src.all()))
+        src, all_src = self._src
         ids = prov if all_src else prov[src]
         if per_record is None and self._unique:
             costs = cost_of(np.ones(1))[0]
             if isinstance(self._ledger, MemoryLedger):
-                ok = self._ledger.charge_uniform(ids, int(to_units(costs, round_up=True)))
+                if self._acct is None:
+                    self._acct = self._ledger.account(ids)
+                ok = self._ledger.charge_account(self._acct, int(to_units(costs, round_up=True)))
+                if ok is None:
+                    return None
             else:
                 ok = self._ledger.charge(ids, costs, assume_unique=True).ok
             okr = ok

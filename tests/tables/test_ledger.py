@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from dprivacy.errors import UnknownRecordError, ValidationError
-from dprivacy.tables.ledger import UNIT, Ledger, MemoryLedger, to_units
+from dprivacy.tables.ledger import UNIT, Ledger, to_units
+from dprivacy.tables.memory_ledger import MemoryLedger
 
 ROOT = str(Path(__file__).resolve().parents[2])
 ENV = {**os.environ, "PYTHONPATH": ROOT}

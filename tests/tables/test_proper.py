@@ -286,3 +286,38 @@ def test_memory_ledger_rejects_sparse_ids_clearly():
     led = MemoryLedger()
     with pytest.raises(ValidationError, match="sparse"):
         led.register([10**12], 1.0)
+
+
+def test_partition_provenance_with_and_without_consecutive_ids():
+    df = pd.DataFrame({"k": [0, 1, 0, 1, 2]})
+    t = ProPerTable(df.iloc[:2], budget=1.0)
+    t.insert(df.iloc[2:], budget=1.0)  # ids 2..4 continue the run 0..1
+    assert t._id_offset == 0
+    u = ProPerTable(df, budget=1.0, id_column=None)
+    u.delete(lambda d: d["k"] == 2)
+    u.insert(df.iloc[4:], budget=1.0)  # prov [0, 1, 2, 3, 5]: not a run any more
+    assert u._id_offset is None
+    for table, expected in ((t, [[0, 2], [1, 3]]), (u, [[0, 2], [1, 3]])):
+        parts = table.partition([0, 1], "k")
+        assert [list(parts[k]._prov) for k in (0, 1)] == expected
+    v = ProPerTable(df, budget=1.0, ledger=t.ledger)  # ids 5..9 of a shared ledger
+    assert v._id_offset == 5 and list(v.partition([2], "k")[2]._prov) == [9]
+    v.partition([2], "k")[2].noisy_count(0.5, rng=0, secure=False)
+    assert list(1 - t.ledger.remaining(range(10))) == pytest.approx([0] * 9 + [0.5])
+
+
+def test_deferred_account_charges_match_immediate_ones():
+    """Alternating queries on overlapping tables (accounts opened, settled, exhausted)."""
+    df = pd.DataFrame({"v": np.arange(12)})
+    t = ProPerTable(df, budget=np.linspace(0, 1.1, 12))
+    a = t.where(lambda d: d["v"] % 2 == 0)
+    b = t.where(lambda d: d["v"] < 7)
+    expected = np.linspace(0, 1.1, 12)
+    for table, eps in [(a, 0.2), (a, 0.2), (b, 0.3), (a, 0.1), (b, 0.3), (b, 0.3), (a, 0.5)]:
+        ids = table._prov
+        pay = ids[expected[ids] >= eps - 1e-12]
+        got = eligible(table, eps)
+        assert sorted(got["v"]) == sorted(pay)
+        expected[pay] -= eps
+    assert t.ledger.remaining(range(12)) == pytest.approx(expected, abs=1e-9)
+    assert (t.ledger.remaining(range(12)) >= 0).all()
