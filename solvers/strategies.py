@@ -65,6 +65,14 @@ def budget_sharing(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, memory_bytes
 
     Stops when t > T or ``max_k beta^(t)_k <= 1e-12 max_k beta_k``. Each round exhausts at least
     one pair, so the loop ends after at most m rounds in exact arithmetic.
+
+    NOT the spec's "simplification": spec §6.3 says steps 2-3 collapse to ``beta^(t) = c_t bhat``
+    with ONE global ``c_t = min_ij eps~_ij / S_ij``. That holds only if every query's minimum in
+    step 3 runs over all pairs; in Algorithm 3 it runs over the pairs query k separates
+    (``F_ki != F_kj``), so the factor ``c_t^(k) = min_{ij: F_ki != F_kj} eps~_ij / S_ij`` is
+    per query and ``>= c_t`` (strictly larger for queries that do not separate the bottleneck
+    pair, e.g. binary rows). This implements the literal steps 1-5 (per-query factor); the
+    global-c_t variant is a different, more conservative heuristic and gives other numbers.
     """
     m = F.shape[0]
     act = np.flatnonzero(c > 0)

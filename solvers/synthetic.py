@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 
 import numpy as np
 from scipy.optimize import minimize_scalar
@@ -44,6 +45,11 @@ def smalldb_params(F: object, constraints: ConstraintSet, n: float, *, delta: fl
     f), so (8) is a 1-D minimisation over beta (spec §5.1, §9.1): a log-spaced grid followed by a
     bounded Brent refinement around the best grid point. Returns w (per query), beta (the
     shared beta repeated per query), objective = the error bound (9).
+
+    When n is too small the bound (9) cannot beat ``max_f ||f||_inf`` and the true optimum of
+    (8) is degenerate (beta -> inf, w -> 0: "answer nothing"); then ``report["degenerate"]`` is
+    True, ``report["n_nonvacuous"]`` holds ``C max_f c_f / max_f ||f||_inf^3`` (eq. (10) at
+    w = 1) and a ``UserWarning`` is emitted.
     """
     t0 = time.perf_counter()
     A = _unit_queries(F, constraints)
@@ -83,7 +89,34 @@ def smalldb_params(F: object, constraints: ConstraintSet, n: float, *, delta: fl
     if res.report["scaled_back"]:  # keep the objective honest after a scale-back
         b2 = float(np.max(res.beta))
         object.__setattr__(res, "objective", phi(math.log(b2)) if np.isfinite(b2) else 0.0)
+    _flag_degenerate(res, c, fmax, C, n)
     return res
+
+
+def _flag_degenerate(res: SolverResult, c: np.ndarray, fmax: np.ndarray, C: float,
+                     n: float) -> None:
+    """Mark a vacuous SmallDB design (spec §5.1 eq. (9)-(10)): when n is too small, the bound (9)
+    cannot beat ``max_f ||f||_inf`` (the error of answering 0), so the optimum of (8) sends
+    beta -> inf, w -> 0. Sets ``report["degenerate"]``, ``report["n_nonvacuous"]`` and warns."""
+    wmin = float(np.min(res.w)) if res.w.size else 1.0
+    top = float(fmax.max()) if fmax.size else 0.0
+    degenerate = bool(c.max(initial=0.0) > 0 and top > 0
+                      and (res.objective >= top * (1 - 1e-9) or wmin < 1e-6))
+    res.report["degenerate"] = degenerate
+    beta_bar = 1.0 / c.max() if c.max(initial=0.0) > 0 else math.inf
+    n0 = C * float(c.max(initial=0.0)) / top**3 if top > 0 else 0.0
+    res.report["n_nonvacuous"] = float(n0)
+    if not degenerate:
+        return
+    msg = (f"SmallDB design is degenerate for n = {n:g}: the error bound (9) is "
+           f"{res.objective:.4g} >= max_f ||f||_inf = {top:.4g} or some w_f < 1e-6 "
+           f"(min w = {wmin:.2e}, beta = {float(np.max(res.beta)):.3g}), i.e. answering ~0 is "
+           f"'optimal' and the synthetic data carries no useful information. By eq. (10) with "
+           f"w = 1 and beta = 1/max_f c_f = {beta_bar:.4g}, a non-vacuous bound needs "
+           f"n > C / (beta alpha^3) with alpha = max_f ||f||_inf, i.e. n > {n0:.4g} "
+           f"(C = {C:.4g}); accuracy alpha = 0.1 needs n >= {C / (beta_bar * 1e-3):.4g}.")
+    res.report["notes"].append(msg)
+    warnings.warn(msg, UserWarning, stacklevel=3)
 
 
 def mwem_params(F: object, constraints: ConstraintSet, n: float, *, T: int | None = None,

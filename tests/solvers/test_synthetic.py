@@ -20,12 +20,18 @@ def max_lipschitz_rows(F: np.ndarray, eps: np.ndarray) -> np.ndarray:
     return c
 
 
-def test_smalldb_solves_problem_8():
+@pytest.mark.parametrize("n, degenerate", [(500.0, True), (1e5, False)])
+def test_smalldb_solves_problem_8(n, degenerate):
     F, eps = euclid_instance(30, 4, np.random.default_rng(1))
     F[3] *= 0.2  # a flatter query gets a different Lipschitz constant
     cs = ConstraintSet.dense(eps)
-    n, delta = 500.0, 0.05
-    r = smalldb_params(F, cs, n, delta=delta)
+    delta = 0.05
+    if degenerate:  # n = 500 is below eq. (10)'s threshold: true optimum of (8), but vacuous
+        with pytest.warns(UserWarning, match="degenerate"):
+            r = smalldb_params(F, cs, n, delta=delta)
+    else:
+        r = smalldb_params(F, cs, n, delta=delta)
+    assert r.report["degenerate"] is degenerate
     c = max_lipschitz_rows(F, eps)
     C = 16 * math.log(30) * math.log(4) + 4 * math.log(1 / delta)
 
@@ -72,3 +78,26 @@ def test_synthetic_input_checks():
         mwem_params(F, cs, 10, T=0)
     one = smalldb_params(np.array([[0.5]]), ConstraintSet.dense(np.zeros((1, 1))), 10)
     assert one.beta[0] == np.inf and not np.isnan(one.objective)
+
+
+def test_smalldb_degenerate_design_is_flagged_and_warned():
+    """Spec §5.1 (9)-(10): for small n the optimum of (8) is 'answer nothing' (w -> 0)."""
+    F, eps = euclid_instance(30, 4, np.random.default_rng(1))
+    cs = ConstraintSet.dense(eps)
+    c = max_lipschitz_rows(F, eps)
+    C = 16 * math.log(30) * math.log(4) + 4 * math.log(1 / 0.05)
+    n0 = C * c.max() / F.max() ** 3  # eq. (10) at w = 1, beta = 1 / max c, alpha = max ||f||_inf
+    with pytest.warns(UserWarning, match="degenerate") as rec:
+        small = smalldb_params(F, cs, n0 / 3)
+    assert small.report["degenerate"] and small.w.min() < 1e-6
+    assert small.objective >= F.max() * (1 - 1e-9)  # the bound is vacuous
+    assert small.report["n_nonvacuous"] == pytest.approx(n0, rel=1e-9)
+    assert f"{n0:.4g}" in str(rec[0].message) and any("n >" in s for s in small.report["notes"])
+    assert small.report["max_ratio"] <= 1 + 1e-12  # still a private design
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning above the threshold
+        big = smalldb_params(F, cs, n0 * 3)
+    assert not big.report["degenerate"] and big.objective < F.max()
+    assert big.w.min() > 1e-6
