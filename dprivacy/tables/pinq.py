@@ -285,11 +285,13 @@ class Queryable:
         return PinqHistogram(self, universe, on_unknown)
 
     def release(
-        self, workload: Any, design: Any, universe: Any, *, rng: Rng = None, secure: bool = True
+        self, workload: Any, design: Any, universe: Any, *, metric: Any = None, rng: Rng = None,
+        secure: bool = True,
     ) -> np.ndarray:
         """d_X Laplace release (w⊙F)x + Lap(1/β) of the table's histogram x; charges
         s·max_i Σ_k u_k|F_ki| (see :meth:`dprivacy.tables.dx.PinqHistogram.release`)."""
-        return self.histogram(universe).release(workload, design, rng=rng, secure=secure)
+        return self.histogram(universe).release(workload, design, metric=metric, rng=rng,
+                                                secure=secure)
 
 
 def _count_arg(n: Any, name: str, minimum: int = 0) -> int:

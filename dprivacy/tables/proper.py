@@ -379,8 +379,9 @@ class ProPerTable:
 
         return ProPerHistogram(self, universe, on_unknown)
 
-    def release(self, workload: Any, design: Any, universe: Any, *, rng: Rng = None,
-                secure: bool = True) -> np.ndarray:
+    def release(self, workload: Any, design: Any, universe: Any, *, metric: Any = None,
+                rng: Rng = None, secure: bool = True) -> np.ndarray:
         """d_X Laplace release on the histogram of the records whose sources can pay their
         personal cost Σ_k u_k|F_ki| (see :meth:`dprivacy.tables.dx.ProPerHistogram.release`)."""
-        return self.histogram(universe).release(workload, design, rng=rng, secure=secure)
+        return self.histogram(universe).release(workload, design, metric=metric, rng=rng,
+                                                secure=secure)
