@@ -10,7 +10,14 @@ over the methods run before it in the cell, an honest upper bound on the method'
 Privacy condition of every design measured: sum_k u_k |F_ki - F_kj| <= eps_ij on all pairs
 (``max_ratio`` column, from the full verification scan).
 
+With n records (n = N_RECORDS = 1000, squared loss, N <= 2000, m <= 10): ``exact_n`` is the joint
+(w, u) optimum (solvers.joint), ``shrink_n`` the w = 1 exact optimum followed by the optimal
+shrinkage w (its time includes the exact solve), ``bcd_n`` block coordinate descent; their
+``gap_to_exact`` is relative to ``exact_n``.
+
 Run:  python experiments/bench_solvers.py [--quick] [--seed 0] [--sizes 200,741,2000,5000,20000]
+      [--ms 1,10,50] [--metrics euclid,attribute] [--merge]
+``--merge`` re-runs only the selected cells and replaces their rows in the existing CSV.
 Writes experiments/results/bench_solvers.csv and .png and prints a table.
 """
 
@@ -30,7 +37,8 @@ import numpy as np
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ORDER = ["closed_form", "exact", "naive", "equal_split", "uniform", "budget_sharing",
-         "exact_n", "bcd_n"]
+         "exact_n", "shrink_n", "bcd_n"]
+N_RECORDS = 1000.0  # n of the with-n methods
 
 
 # ---------------------------------------------------------------------------------- instances
@@ -82,7 +90,7 @@ def skip_reason(metric: str, N: int, m: int, method: str) -> str | None:
         return "m = 1: closed form is optimal"
     if method == "naive" and (N > 741 or m > 10):
         return "N^2 m too large for one cvxpy problem"
-    if method in ("exact_n", "bcd_n") and (N > 2000 or m > 10):
+    if method.endswith("_n") and (N > 2000 or m > 10):
         return "bcd: several exact solves per cycle; small cells only"
     if metric == "euclid" and N > 5000 and m > 1:
         return "N^2 m / 2 = %.0e pair-queries per scan: over the time budget" % (N * N * m / 2)
@@ -93,7 +101,7 @@ def skip_reason(metric: str, N: int, m: int, method: str) -> str | None:
 
 # ---------------------------------------------------------------------------------- one cell
 def run_cell(metric: str, N: int, m: int, seed: int) -> list[dict]:
-    from solvers import design
+    from solvers import design, shrinkage
     from solvers.naive import naive_exact
     from solvers.verify import objective
 
@@ -118,14 +126,25 @@ def run_cell(metric: str, N: int, m: int, seed: int) -> list[dict]:
             row.update(seconds=secs, objective=obj, status=status, raw_max_ratio=raw,
                        max_ratio=cs.scan(F, u).max_ratio,
                        n_used=int(np.isfinite(eps[np.triu_indices(n_el, 1)]).sum()))
+        elif method == "shrink_n":  # the pre-joint behaviour: w = 1 optimum, then w*(u)
+            r = design(F, cs, method="exact", loss="squared")
+            w, _ = shrinkage(r.u, F, N_RECORDS, "squared")
+            obj = objective("squared", w, r.u / w, F, N_RECORDS)
+            rep = r.report
+            row.update(seconds=time.perf_counter() - t0, objective=obj, status=rep["status"],
+                       max_ratio=rep["max_ratio"], n_used=rep["n_constraints_used"],
+                       iterations=rep["iterations"], scaled_back=rep["scaled_back"])
         else:
-            n = 10.0 * n_el if method.endswith("_n") else None
+            n = N_RECORDS if method.endswith("_n") else None
             r = design(F, cs, method=method.removesuffix("_n"), loss="squared", n=n)
             rep = r.report
             row.update(seconds=time.perf_counter() - t0, objective=r.objective,
                        status=rep["status"], max_ratio=rep["max_ratio"],
                        n_used=rep["n_constraints_used"], iterations=rep["iterations"],
                        scaled_back=rep["scaled_back"])
+            if method == "exact_n":
+                row.update(global_optimum=rep["global_optimum"],
+                           convex_region=rep["convex_region"], lower_bound=rep["lower_bound"])
         row["n_constraints"] = cs.n_constraints
         row["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         rows.append(row)
@@ -141,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ms", type=str, default=None, help="comma list of m")
     ap.add_argument("--metrics", type=str, default="euclid,attribute")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--merge", action="store_true",
+                    help="replace only the re-run cells' rows in the existing CSV")
     ap.add_argument("--cell", type=str, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.cell:
@@ -170,17 +191,35 @@ def main(argv: list[str] | None = None) -> int:
     import pandas as pd
 
     df = pd.DataFrame(rows)
+    csv = args.out / "bench_solvers.csv"
+    if args.merge and csv.exists():
+        old = pd.read_csv(csv).drop(columns=["gap_to_exact", "naive_over_exact_time"],
+                                    errors="ignore")
+        keys = set(zip(df.metric, df.N, df.m, strict=True))
+        keep = [k not in keys for k in zip(old.metric, old.N, old.m, strict=True)]
+        df = pd.concat([old[keep], df], ignore_index=True)
+        order = {(mt, N, m): i for i, (mt, N, m) in enumerate(
+            sorted(set(zip(df.metric, df.N, df.m, strict=True)),
+                   key=lambda k: (k[0] != "euclid", k[1], k[2])))}
+        df["_o"] = [order[k] for k in zip(df.metric, df.N, df.m, strict=True)]
+        df = df.sort_values("_o", kind="stable").drop(columns="_o").reset_index(drop=True)
     df = add_gaps(df)
     args.out.mkdir(parents=True, exist_ok=True)
     df.to_csv(args.out / "bench_solvers.csv", index=False)
     print_table(df)
     plot(df, args.out / "bench_solvers.png")
+    with_n = df[df.method.isin(["exact_n", "shrink_n", "bcd_n"]) & df.seconds.notna()]
+    if len(with_n):
+        print(f"\nwith n = {N_RECORDS:g} records (squared loss):")
+        cols = [c for c in ["metric", "N", "m", "method", "seconds", "objective", "gap_to_exact",
+                            "global_optimum", "convex_region", "lower_bound"] if c in df]
+        print(with_n[cols].to_string(index=False, float_format=lambda x: f"{x:.6g}"))
     print(f"\ntotal wall time {total:.1f} s; wrote {args.out / 'bench_solvers.csv'} and .png")
     return 0
 
 
 def add_gaps(df):  # noqa: ANN001, ANN201
-    """gap_to_exact = objective / exact objective - 1 (bcd_n against exact_n: both with n);
+    """gap_to_exact = objective / exact objective - 1 (bcd_n, shrink_n against exact_n: with n);
     naive_over_exact_time = naive seconds / exact seconds in the same cell."""
     import pandas as pd
 
@@ -193,7 +232,7 @@ def add_gaps(df):  # noqa: ANN001, ANN201
         base = df[df.method == meth][keys + [src]].rename(columns={src: col})
         df = pd.merge(df, base, on=keys, how="left")
     with np.errstate(invalid="ignore", divide="ignore"):
-        gap = np.where(df.method == "bcd_n", df.objective / df.exact_n_obj - 1,
+        gap = np.where(df.method.isin(["bcd_n", "shrink_n"]), df.objective / df.exact_n_obj - 1,
                        df.objective / df.exact_obj - 1)
     df["gap_to_exact"] = np.where(df.method == "exact_n", np.nan, gap)
     df["naive_over_exact_time"] = np.where(df.method == "naive", df.naive_s / df.exact_s, np.nan)

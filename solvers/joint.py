@@ -12,7 +12,9 @@ reduces to one over u with LINEAR constraints (spec §9.1):
 In ``z_k = u_k / ut_k`` (``ut_k = sqrt(2 / a_k)`` resp. ``2 / (n ||F_k||_inf)``) both read
 ``A_k phi(z_k)`` with ``phi = 1 / (1 + z^2)`` resp. ``min(1, 1 / (2 z))``. Neither is convex
 (h_k is concave below ``z = 1/sqrt(3)`` resp. has a concave kink at ``z = 1/2``), but both have
-the same C^1 convex envelope ``A_k (1 - z / 2)`` for ``z <= 1`` and ``A_k phi(z)`` beyond.
+the same C^1 convex envelope ``A_k (1 - z / 2)`` for ``z <= 1`` and ``A_k phi(z)`` beyond; on the
+feasible box ``z_k <= Z_k`` (a single pair's constraint) with ``Z_k < 1`` the envelope is the
+chord from ``(0, A_k)`` to ``(Z_k, h_k(Z_k))``.
 We minimise the envelope (a convex problem) by constraint generation -- working set of pairs,
 full blocked scan, repeat to max relative violation <= tol -- with SLSQP on each working set.
 The envelope optimum is a lower bound on the joint optimum; when every ``z_k >= 1`` it coincides
@@ -46,6 +48,11 @@ class Reduced:
     A: np.ndarray
     t: np.ndarray
 
+    @property
+    def zt(self) -> np.ndarray:
+        """Where the envelope on the feasible box ``z <= 1/t`` meets phi: min(1, 1/t)."""
+        return np.minimum(1.0, 1.0 / self.t)
+
     def value(self, v: np.ndarray, envelope: bool) -> float:
         return float(np.sum(self.A * self._phi(v / self.t, envelope)[0]))
 
@@ -58,9 +65,11 @@ class Reduced:
         else:
             zc = np.maximum(z, 0.5)
             f, d = np.where(z > 0.5, 0.5 / zc, 1.0), np.where(z > 0.5, -0.5 / zc**2, 0.0)
-        if envelope:
-            low = z < 1.0
-            f, d = np.where(low, 1.0 - 0.5 * z, f), np.where(low, -0.5, d)
+        if envelope:  # chord from (0, 1) to (zt, phi(zt)): the tangent at 1 if 1/t >= 1
+            zt = self.zt
+            slope = (self._phi(zt, False)[0] - 1.0) / zt
+            low = z < zt
+            f, d = np.where(low, 1.0 + slope * z, f), np.where(low, slope, d)
         return f, d
 
 
@@ -135,7 +144,7 @@ def joint(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray, bj: n
     kw = dict(memory_bytes=memory_bytes, tol=tol, max_rounds=max_rounds or 200, add_k=k)
     v, rounds, status, _ = _generate(F, cs, c, act, ws, red, v1, True, **kw)
     lower = red.value(v, True)
-    # h = envelope at the envelope optimum (every z_k = 0 or >= 1): it is the global optimum
+    # h = envelope at the envelope optimum (every z_k = 0 or >= zt_k): it is the global optimum
     certified = red.value(v, False) <= lower * (1.0 + 1e-12)
     notes = [f"joint (w, u) optimum for n = {n} via the convex envelope (spec §9.1)"]
     shrink_obj = red.value(v1, False)
@@ -161,7 +170,7 @@ def joint(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray, bj: n
         notes.append(f"{dropped} of {z.size} noisy queries are shrunk to w_k ~ 0: their noise "
                      f"would exceed ~n ||F_k||_inf, so answering ~0 has the smaller error bound")
     if not certified:
-        notes.append(f"not certified globally optimal (envelope optimum has some 0 < z_k < 1): "
+        notes.append(f"not certified globally optimal (envelope optimum has some 0 < z_k < zt_k): "
                      f"lower bound {lower:.10g}, returned {obj:.10g}"
                      + (" (exact-then-shrinkage: no better local solution)" if which == 2 else ""))
         if not region:
