@@ -22,6 +22,7 @@ one file serialise their charges and can never overspend.
 
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
 from abc import ABC, abstractmethod
@@ -32,7 +33,7 @@ import numpy as np
 
 from dprivacy.errors import UnknownRecordError, ValidationError
 
-__all__ = ["UNIT", "Charge", "BudgetLedger", "Ledger", "to_units"]
+__all__ = ["UNIT", "Charge", "BudgetLedger", "Ledger", "to_units", "scalar_units"]
 
 UNIT = 1e-9
 _MAX_UNITS = np.iinfo(np.int64).max // 4
@@ -52,6 +53,17 @@ def to_units(x: Any, *, round_up: bool) -> np.ndarray:
     r = np.round(u)
     near = np.abs(u - r) <= 1e-3 + 1e-12 * np.abs(u)
     return np.where(near, r, np.ceil(u) if round_up else np.floor(u)).astype(np.int64)
+
+
+def scalar_units(x: float) -> int:
+    """:func:`to_units` (rounding up) for one Python number, without numpy overhead."""
+    if not (isinstance(x, (int, float)) and math.isfinite(x) and x >= 0):
+        return int(to_units(x, round_up=True))
+    u = x / UNIT
+    if u > _MAX_UNITS:
+        return int(to_units(x, round_up=True))  # raises
+    r = round(u)
+    return int(r) if abs(u - r) <= 1e-3 + 1e-12 * abs(u) else math.ceil(u)
 
 
 @dataclass(frozen=True)

@@ -110,8 +110,10 @@ class MemoryLedger(BudgetLedger):
                     "new_ids() or the SQLite Ledger"
                 )
             new = max(size, 2 * self._rem.size)
-            self._rem = np.concatenate([self._rem, np.zeros(new - self._rem.size, np.int64)])
-            self._known = np.concatenate([self._known, np.zeros(new - self._known.size, bool)])
+            rem, known = np.zeros(new, np.int64), np.zeros(new, bool)  # calloc: lazy zero pages
+            rem[: self._rem.size] = self._rem
+            known[: self._known.size] = self._known
+            self._rem, self._known = rem, known
 
     def register(
         self, ids: Any, budgets: Any, *, existing: str = "raise", assume_unique: bool = False
@@ -126,6 +128,19 @@ class MemoryLedger(BudgetLedger):
         if a.size == 0:
             return
         self._settle()
+        lo, hi = int(a[0]), int(a[-1])
+        if hi - lo == a.size - 1 and np.all(np.diff(a) == 1):  # a run of ids: slices, no fancy
+            self._grow(hi + 1)
+            if self._known[lo : hi + 1].any():
+                if existing == "raise":
+                    raise ValidationError("a record id is already registered: new records need "
+                                          "fresh ids")
+            else:
+                self._rem[lo : hi + 1] = b
+                self._known[lo : hi + 1] = True
+                self._next = max(self._next, hi + 1)
+                self._version += 1
+                return
         self._grow(int(a.max()) + 1)
         old = self._known[a]
         if old.any() and existing == "raise":

@@ -39,7 +39,7 @@ from dprivacy.tables.frames import (
     select_many_frame,
     split_positions,
 )
-from dprivacy.tables.ledger import BudgetLedger, to_units
+from dprivacy.tables.ledger import BudgetLedger, scalar_units, to_units
 from dprivacy.tables.memory_ledger import Account, MemoryLedger
 from dprivacy.tables.pinq import Queryable
 
@@ -78,7 +78,8 @@ class ProPerTable:
         self._df = as_frame(df)
         self._prov = np.empty(0, np.int64)
         self._unique = True
-        self._src: tuple[np.ndarray, bool] | None = None
+        # (mask of records with a source, whether all have one); a source table has no ⊥ record
+        self._src: tuple[np.ndarray | None, bool] | None = (None, True)
         self._acct: Account | None = None
         self._id_offset: int | None = 0  # set while provenance is one run of consecutive ids
         self._df = self._df.iloc[0:0]
@@ -144,7 +145,9 @@ class ProPerTable:
             run = id_column is None and (len(self._prov) == 0 or start == self._id_offset)
             self._id_offset = start if run else None
         self._prov = np.concatenate([self._prov, ids]) if len(self._prov) else ids
-        self._src, self._acct = None, None
+        self._acct = None  # (inserted records have sources: _src stays as it was)
+        if self._src is not None and not self._src[1]:
+            self._src = None
         return ids
 
     def delete(
@@ -162,7 +165,9 @@ class ProPerTable:
             drop |= np.isin(self._prov, a)
         self._df = self._df[~drop].reset_index(drop=True)
         self._prov = self._prov[~drop]
-        self._src, self._acct, self._id_offset = None, None, None
+        self._acct, self._id_offset = None, None
+        if self._src is not None and not self._src[1]:
+            self._src = None
 
     def update(
         self, f: Callable[[pd.DataFrame], Any], where: Callable[[pd.DataFrame], Any] | None = None
@@ -182,8 +187,14 @@ class ProPerTable:
         self._df = df
 
     # ------------------------------------------------------------------ tracked transformations
-    def _same(self, df: pd.DataFrame, prov: np.ndarray, unique: bool) -> ProPerTable:
-        return ProPerTable._derive(df, prov, self._ledger, unique)
+    def _same(self, df: pd.DataFrame, prov: np.ndarray, unique: bool, *,
+              subset: bool = True) -> ProPerTable:
+        """A derived table; ``subset``: its records' sources are a sub-multiset of ours, so if
+        all of ours have a source (no ⊥ record) so do its own."""
+        t = ProPerTable._derive(df, prov, self._ledger, unique)
+        if subset and self._src is not None and self._src[1]:
+            t._src = (None, True)
+        return t
 
     def where(self, f: Callable[[pd.DataFrame], Any]) -> ProPerTable:
         """σ_p: records satisfying the vectorised predicate; provenance kept."""
@@ -224,7 +235,7 @@ class ProPerTable:
             raise ValidationError(f"concat: expected a ProPerTable or a public DataFrame, got "
                                   f"{type(other).__name__}")
         return self._same(pd.concat([self._df, odf], ignore_index=True),
-                          np.concatenate([self._prov, oprov]), False)
+                          np.concatenate([self._prov, oprov]), False, subset=False)
 
     def product(self, public: pd.DataFrame) -> ProPerTable:
         """A_V × T with a public table T: each record yields |T| pairs with its provenance."""
@@ -305,13 +316,13 @@ class ProPerTable:
             src = prov >= 0
             self._src = (src, bool(src.all()))
         src, all_src = self._src
-        ids = prov if all_src else prov[src]
+        ids = prov if all_src else prov[src]  # src is None only when all_src
         if per_record is None and self._unique:
             costs = cost_of(np.ones(1))[0]
             if isinstance(self._ledger, MemoryLedger):
                 if self._acct is None:
                     self._acct = self._ledger.account(ids)
-                ok = self._ledger.charge_account(self._acct, int(to_units(costs, round_up=True)))
+                ok = self._ledger.charge_account(self._acct, scalar_units(float(costs)))
                 if ok is None:
                     return None
             else:

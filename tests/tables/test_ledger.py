@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from dprivacy.errors import UnknownRecordError, ValidationError
-from dprivacy.tables.ledger import UNIT, Ledger, to_units
+from dprivacy.tables.ledger import UNIT, Ledger, scalar_units, to_units
 from dprivacy.tables.memory_ledger import MemoryLedger
 
 ROOT = str(Path(__file__).resolve().parents[2])
@@ -137,3 +137,20 @@ def test_eight_processes_racing_never_overspend(tmp_path):
     assert list(rem) == pytest.approx([0.0, 0.0, 0.05])
     spent, logged, _ = _db_state(db)
     assert spent == logged
+
+
+@pytest.mark.parametrize("x", [0.0, 0.1, 0.3, 0.1 + 0.2, 1.5e-9, 2.5, 1e-12, 123.456789])
+def test_scalar_units_agrees_with_to_units(x):
+    assert scalar_units(x) == int(to_units(x, round_up=True))
+
+
+def test_memory_register_runs_and_scattered_ids():
+    led = MemoryLedger()
+    led.register(np.arange(5, 10), np.linspace(0, 1, 5))  # a run: slice path
+    led.register(np.array([2, 0, 30]), [0.5, 0.25, 1.0])  # scattered: fancy path
+    assert list(led.remaining([0, 2, 5, 9, 30])) == pytest.approx([0.25, 0.5, 0.0, 1.0, 1.0])
+    assert list(led.contains([1, 3, 10])) == [False, False, False]
+    with pytest.raises(ValidationError):
+        led.register(np.arange(8, 12), 1.0)
+    led.register(np.arange(8, 12), 1.0, existing="keep")  # 8, 9 kept; 10, 11 added
+    assert list(led.remaining([8, 11])) == pytest.approx([0.75, 1.0])

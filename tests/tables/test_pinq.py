@@ -227,3 +227,13 @@ def test_take_attack_succeeds_with_pinq_accounting_and_is_defeated_by_stability_
                 assert t.remaining_budget() == 1.0
     finally:
         sys.setrecursionlimit(old)
+
+
+def test_take_stability_counterexample_spec_row_14():
+    """Take({a1..an}, 1) vs Take({ax} ∪ {a1..an}, 1): the outputs differ in 2 records."""
+    base = pd.DataFrame({"v": ["a1", "a2", "a3"]})
+    plus = pd.concat([pd.DataFrame({"v": ["ax"]}), base], ignore_index=True)
+    out1 = set(Queryable(base, budget=1.0).take(1)._df["v"])
+    out2 = set(Queryable(plus, budget=1.0).take(1)._df["v"])
+    assert len(out1 ^ out2) == 2  # one input change, two output changes: stability 2
+    assert Queryable(base, budget=1.0).take(1).cost(1.0) == 2.0
