@@ -25,6 +25,7 @@ def kill_mode(db: str, out: str, start: int, stop: int) -> None:
         charge = led.charge(ids, 0.07, label=f"q{q}")
         answer = int(charge.ok.sum())  # computed only after the charge committed
         os.write(fd, f"{charge.query_id} q{q} {answer}\n".encode())
+        time.sleep(0.0005)  # pace the loop so that the parent's random kill lands inside it
 
 
 def race_mode(db: str, n: int, go: str) -> None:

@@ -96,8 +96,8 @@ def test_sigkill_at_random_points_never_releases_uncharged(tmp_path):
     done, kills = 0, 0
     while done < 200:
         proc = _worker("kill", str(db), str(out), str(done), "200")
-        try:  # 200 commits take 0.1-2 s: kill the first 5 runs at random points, then finish
-            proc.wait(timeout=rng.uniform(0.0, 0.1) if kills < 5 else 300)
+        try:  # 200 paced commits take >= 0.2 s: kill 8 runs at random points, then finish
+            proc.wait(timeout=rng.uniform(0.0, 0.08) if kills < 8 else 300)
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGKILL)
             kills += 1
