@@ -168,4 +168,11 @@ def exact(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray, bj: n
     init = start_pairs(F, cs, c, bi, bj, memory_bytes, k)
     _, draft, _ = solve_u(F, cs, c, loss_objective(loss, c[act]), init, memory_bytes=memory_bytes,
                           tol=tol, max_rounds=max_rounds, add_k=k, progress=progress)
+    if loss == "max":  # lowering u keeps feasibility, so all u_k = min_k u_k is optimal too
+        draft.u = np.where(act, draft.u[act].min(), draft.u)
+        draft.extra["final_violation"] = cs.scan(F, draft.u, memory_bytes=memory_bytes).max_ratio - 1
+    slack = draft.extra.get("final_violation", 0.0)
+    if -0.5 < slack < 0.0:  # solver slack: every loss decreases in u, so use the full budget
+        draft.u = draft.u / (1.0 + slack)
+        draft.extra["final_violation"] = 0.0
     return draft
