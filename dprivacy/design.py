@@ -136,7 +136,9 @@ def design(
         ``bcd`` the paper's block coordinate descent; ``exact`` the convex program in u (§9.1).
     loss : {"squared", "absolute", "max", "log"}
     n : int, optional
-        Number of records (public under bounded DP); enables the optimal shrinkage w (§9.1).
+        Number of records (public under bounded DP).  With method "exact" and the squared or
+        absolute loss, (w, u) are then optimised jointly (spec §9.1; see the report keys
+        ``global_optimum``, ``convex_region`` and ``lower_bound``).
     **options : passed to :func:`solvers.design` (``memory_bytes``, ``tol``, ``progress``, ...).
 
     Returns

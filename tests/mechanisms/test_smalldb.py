@@ -58,8 +58,11 @@ def test_exact_sampling_law_over_all_candidates():
     """Frequencies of y match exp(beta n u(x, y) / 2) over the enumerated R (chi-square)."""
     U = dp.Universe.from_points(np.arange(3.0).reshape(-1, 1))
     W = dp.Workload([[1.0, 0.0, 0.0], [0.0, 1.0, 1.0], [0.5, 0.5, 0.0]])
-    M = metrics.Euclidean(0.05)
-    mech = DXSmallDB.from_solver(W, U, M, n=20, size=2)
+    M = metrics.Euclidean(0.5)
+    # a tight, non-degenerate design: beta * max_f |f_i - f_j| <= 0.5 |i - j| binds on (0, 1)
+    # (from_solver would shrink w to ~0 at n = 20, making the law nearly uniform and the test weak)
+    d = dp.Design(np.ones(3), np.full(3, 0.5), constraints=M.constraint_set(U))
+    mech = DXSmallDB(W, d, size=2, universe=U, metric=M)
     x = np.array([12, 3, 5])
     n = x.sum()
     cands = [np.bincount(c, minlength=3) for c in itertools.combinations_with_replacement(range(3), 2)]
