@@ -21,6 +21,7 @@ _WHERE = {
     "BudgetLedger": "ledger",
     "Charge": "ledger",
     "BudgetAgent": "agents",
+    "LedgerBudgetAgent": "durable",
     "UnaryAgent": "agents",
     "SigmaAgent": "agents",
     "BinaryAgent": "agents",

@@ -15,7 +15,10 @@ only if the root ``Budget`` accepts the composed charge; otherwise nothing anywh
 
 Charging is transactional: :func:`charge` walks the agents, records an undo entry for every
 state change in a journal and rolls all of them back if any root budget refuses, so
-``BudgetExceededError`` leaves every agent exactly as it was.
+``BudgetExceededError`` leaves every agent exactly as it was. Durable roots
+(:class:`dprivacy.tables.durable.LedgerBudgetAgent`) only note a :class:`DeferredCharge` during
+the walk; once every in-memory agent has accepted, :func:`charge` debits all of them in one
+all-or-nothing ledger transaction, and undoes the walk if the ledger refuses.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import math
 import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable
+from typing import Any, Protocol
 
 from dprivacy.errors import BudgetExceededError, ValidationError
 
@@ -36,6 +40,8 @@ __all__ = [
     "PartitionAgent",
     "PartitionPartAgent",
     "PublicAgent",
+    "DeferredCharge",
+    "DurableRoot",
     "charge",
     "cost",
 ]
@@ -175,8 +181,61 @@ class PartitionPartAgent(Agent):
         return True
 
 
+class DurableRoot(Protocol):
+    """What :func:`charge` needs of a durable root: its ledger, record id and source name."""
+
+    ledger: Any
+    record_id: int
+    source: str
+    last_query_id: int | None
+
+
+class DeferredCharge:
+    """Journal entry of a durable root: ``amount`` to debit from its ledger after the walk.
+
+    Calling it (the undo) does nothing: nothing in memory changed.
+    """
+
+    __slots__ = ("root", "amount")
+
+    def __init__(self, root: DurableRoot, amount: float) -> None:
+        self.root = root
+        self.amount = amount
+
+    def __call__(self) -> None:
+        return None
+
+
+def _commit_deferred(entries: list[DeferredCharge]) -> bool:
+    """Debit the durable roots' summed amounts in one all-or-nothing ledger transaction."""
+    totals: dict[int, float] = {}
+    roots: dict[int, DurableRoot] = {}
+    for e in entries:
+        totals[id(e.root)] = totals.get(id(e.root), 0.0) + e.amount
+        roots[id(e.root)] = e.root
+    ledger = entries[0].root.ledger
+    if any(r.ledger is not ledger for r in roots.values()):
+        raise ValidationError(
+            "this query reads PINQ sources kept in different Ledger objects, which cannot be "
+            "charged in one transaction; open every source on the same Ledger; nothing was charged"
+        )
+    rec: dict[int, float] = {}
+    for k, r in roots.items():  # two Queryables of one source share one record: add up
+        rec[r.record_id] = rec.get(r.record_id, 0.0) + totals[k]
+    label = "+".join(sorted({f"pinq:{r.source}" for r in roots.values()}))
+    ch = ledger.charge(list(rec), list(rec.values()), label=label, all_or_nothing=True)
+    if not bool(ch.ok.all()):
+        return False
+    for r in roots.values():
+        r.last_query_id = ch.query_id
+    return True
+
+
 def charge(agent: Agent, eps: float) -> None:
     """Charge ``eps`` through ``agent`` atomically, or raise without changing any state.
+
+    Durable roots are charged last, in one committed ledger transaction, so an answer computed
+    after :func:`charge` returns has always been paid for (charge-then-release).
 
     Raises:
         BudgetExceededError: some root budget cannot pay; every agent is left unchanged.
@@ -184,6 +243,14 @@ def charge(agent: Agent, eps: float) -> None:
     _check_eps(eps)
     journal: Journal = []
     ok = agent.apply(float(eps), journal)
+    if ok:
+        deferred = [e for e in journal if isinstance(e, DeferredCharge)]
+        try:
+            ok = _commit_deferred(deferred) if deferred else True
+        except BaseException:
+            for undo in reversed(journal):
+                undo()
+            raise
     if not ok:
         for undo in reversed(journal):
             undo()

@@ -18,6 +18,10 @@ records that paid. The caller computes the answer from that mask, after the comm
 after the commit loses budget, and no answer can exist for an uncommitted charge. ``BEGIN
 IMMEDIATE`` takes SQLite's write lock before reading the budgets, so concurrent processes sharing
 one file serialise their charges and can never overspend.
+
+Named budgets (:meth:`Ledger.named_record`) are ordinary records whose id is stored under a name
+in the ``meta`` table; PINQ's durable global budgets use them
+(:mod:`dprivacy.tables.durable`), charged with ``all_or_nothing=True``.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from dprivacy.errors import UnknownRecordError, ValidationError
 __all__ = ["UNIT", "Charge", "BudgetLedger", "Ledger", "to_units", "scalar_units"]
 
 UNIT = 1e-9
+_PER_EPS = 1e9  # units per epsilon: dividing by it is exact where multiplying by UNIT is not
 _MAX_UNITS = np.iinfo(np.int64).max // 4
 
 
@@ -215,6 +220,12 @@ class Ledger(BudgetLedger):
         db = self._db()
         db.execute("BEGIN IMMEDIATE")
         try:
+            named = {v for (v,) in db.execute("SELECT value FROM meta WHERE key LIKE 'name:%'")}
+            if named and not named.isdisjoint(a.tolist()):
+                raise ValidationError(
+                    f"record id {min(named.intersection(a.tolist()))} holds a named budget (a "
+                    "PINQ source): records need other ids"
+                )
             db.executemany(f"{verb} INTO budgets (id, initial, remaining) VALUES (?,?,?)", rows)
             db.execute("COMMIT")
         except sqlite3.IntegrityError as exc:
@@ -226,9 +237,55 @@ class Ledger(BudgetLedger):
             db.execute("ROLLBACK")
             raise
 
+    def named_record(self, key: str, budget: float | None) -> int:
+        """The record id holding the budget named ``key``, created with ``budget`` if absent.
+
+        One ``BEGIN IMMEDIATE`` transaction looks the name up (``meta`` row ``name:<key>``) and,
+        if absent, takes a fresh id and registers it, so processes racing to create the same
+        name all get the one record. An existing record keeps its stored budget: ``budget`` must
+        then be None or equal to the stored *initial* budget, else :class:`ValidationError`
+        (a changed initial budget would silently raise or lower the total privacy loss).
+        """
+        if not isinstance(key, str) or not key:
+            raise ValidationError(f"budget name = {key!r}: expected a non-empty string")
+        want = None if budget is None else int(to_units(budget, round_up=False))
+        db = self._db()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            row = db.execute("SELECT value FROM meta WHERE key=?", (f"name:{key}",)).fetchone()
+            if row is not None:
+                rid = int(row[0])
+                init, rem = db.execute(
+                    "SELECT initial, remaining FROM budgets WHERE id=?", (rid,)).fetchone()
+                if want is not None and want != init:
+                    raise ValidationError(
+                        f"budget {key!r} in {self.path} was created with {init * UNIT:.9g} "
+                        f"({rem * UNIT:.9g} left), not {budget!r}: pass budget=None (or the "
+                        "original budget) to continue it, or use another name"
+                    )
+            else:
+                if want is None:
+                    raise UnknownRecordError(
+                        f"no budget named {key!r} in {self.path}: give an initial budget")
+                (start,) = db.execute("SELECT value FROM meta WHERE key='next_id'").fetchone()
+                (top,) = db.execute("SELECT COALESCE(MAX(id) + 1, 0) FROM budgets").fetchone()
+                rid = max(start, top)
+                db.execute("UPDATE meta SET value=? WHERE key='next_id'", (rid + 1,))
+                db.execute("INSERT INTO budgets VALUES (?,?,?)", (rid, want, want))
+                db.execute("INSERT INTO meta VALUES (?,?)", (f"name:{key}", rid))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return rid
+
     def charge(
-        self, ids: Any, costs: Any, *, assume_unique: bool = False, label: str | None = None
+        self, ids: Any, costs: Any, *, assume_unique: bool = False, label: str | None = None,
+        all_or_nothing: bool = False,
     ) -> Charge:
+        """See :meth:`BudgetLedger.charge`. ``label`` is logged with the query.
+        ``all_or_nothing``: if any record cannot pay, roll back and charge (and log) nothing;
+        the returned mask is then all False and ``query_id`` None (PINQ's global budgets)."""
         a = ids_array(ids)
         c = cost_units(costs, a.size)
         db = self._db()
@@ -249,6 +306,9 @@ class Ledger(BudgetLedger):
                 "SELECT r.id FROM temp.req r JOIN budgets b ON b.id = r.id "
                 "WHERE b.remaining >= r.cost"
             ).fetchall()
+            if all_or_nothing and len(paid) < a.size:
+                db.execute("ROLLBACK")
+                return Charge(np.zeros(a.size, dtype=bool), None)
             cur = db.execute("INSERT INTO queries (label) VALUES (?)", (label,))
             qid = int(cur.lastrowid)
             if self.log:
@@ -275,7 +335,16 @@ class Ledger(BudgetLedger):
         missing = [i for i in a.tolist() if i not in got]
         if missing:
             raise UnknownRecordError(f"unknown record id {missing[0]}")
-        return np.array([got[i] for i in a.tolist()], dtype=float) * UNIT
+        return np.array([got[i] for i in a.tolist()], dtype=float) / _PER_EPS
+
+    def initial(self, ids: Any) -> np.ndarray:
+        """Initial budgets (floats) of known ids."""
+        a = ids_array(ids)
+        got = dict(self._select("SELECT id, initial FROM budgets WHERE id IN", a))
+        missing = [i for i in a.tolist() if i not in got]
+        if missing:
+            raise UnknownRecordError(f"unknown record id {missing[0]}")
+        return np.array([got[i] for i in a.tolist()], dtype=float) / _PER_EPS
 
     def contains(self, ids: Any) -> np.ndarray:
         a = ids_array(ids)

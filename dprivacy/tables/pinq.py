@@ -13,6 +13,11 @@ with s·ε ≤ remaining; a query that cannot be paid raises :class:`BudgetExcee
 anything is computed or charged (Query⊥ of FW-PINQ; safe because budgets and scales do not
 depend on the data, P-I §7).
 
+Durable budgets: ``Queryable(df, budget, ledger=path_or_Ledger, source="name")`` keeps the root
+budget in an SQLite ledger (:mod:`.durable`): every aggregation's charge commits there before the
+answer is computed, a re-opened process continues with what is left, and processes sharing the
+file never overspend together.
+
 Functions passed to transformations are vectorised, as with ``DataFrame.loc[callable]``: they
 receive the whole frame and return a boolean mask (Where), a frame/series/array with one row per
 record (Select), or a frame whose index labels are the source rows' labels (SelectMany). Side
@@ -21,6 +26,7 @@ effects in them are outside the model (spec §4, F7).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
@@ -38,6 +44,7 @@ from dprivacy.tables.agents import (
     charge,
     cost,
 )
+from dprivacy.tables.durable import LedgerBudgetAgent
 from dprivacy.tables.frames import (
     as_frame,
     key_array,
@@ -46,6 +53,7 @@ from dprivacy.tables.frames import (
     select_many_frame,
     split_positions,
 )
+from dprivacy.tables.ledger import Ledger
 
 __all__ = ["Queryable"]
 
@@ -57,7 +65,14 @@ class Queryable:
 
     Parameters:
         df: the sensitive records (one row each); the frame is not copied.
-        budget: the global privacy budget B >= 0 of this data source.
+        budget: the global privacy budget B >= 0 of this data source. With a ledger it is the
+            *initial* budget, used only when the source is new to the ledger; when the source
+            exists, the stored budget wins: pass None (or the same initial B) to continue with
+            what is left; a different B raises :class:`ValidationError`.
+        ledger: None (default): the budget lives in this object only and is lost with the
+            process. A :class:`~dprivacy.tables.Ledger` or the path of its SQLite file: the
+            budget is durable and shared by every process and run that opens the file.
+        source: the name of the data source in the ledger (its budget record ``pinq:<source>``).
 
     Examples:
         >>> t = Queryable(pd.DataFrame({"age": [10, 20, 30]}), budget=1.0)
@@ -67,8 +82,18 @@ class Queryable:
         0.5
     """
 
-    def __init__(self, df: pd.DataFrame, budget: float) -> None:
-        root = BudgetAgent(budget)
+    def __init__(
+        self, df: pd.DataFrame, budget: float | None = None, *,
+        ledger: Ledger | str | os.PathLike | None = None, source: str = "default",
+    ) -> None:
+        root: BudgetAgent
+        if ledger is None:
+            if budget is None:
+                raise ValidationError("budget is required (or pass ledger= to continue a stored "
+                                      "source's budget)")
+            root = BudgetAgent(budget)
+        else:
+            root = LedgerBudgetAgent(ledger, source, budget)
         self._df = as_frame(df)
         self._agent: Agent = root
         self._roots: list[BudgetAgent] = [root]
@@ -85,6 +110,12 @@ class Queryable:
     def remaining_budget(self) -> float | list[float]:
         """The remaining budget of the source (a list if the table mixes several sources)."""
         vals = [r.remaining for r in self._roots]
+        return vals[0] if len(vals) == 1 else vals
+
+    def last_query_id(self) -> int | None | list[int | None]:
+        """The ledger's query id of the last committed charge to the source (None for an
+        in-memory budget or before any charge; a list if the table mixes several sources)."""
+        vals = [getattr(r, "last_query_id", None) for r in self._roots]
         return vals[0] if len(vals) == 1 else vals
 
     def cost(self, eps: float) -> float:
