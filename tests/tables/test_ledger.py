@@ -154,3 +154,23 @@ def test_memory_register_runs_and_scattered_ids():
         led.register(np.arange(8, 12), 1.0)
     led.register(np.arange(8, 12), 1.0, existing="keep")  # 8, 9 kept; 10, 11 added
     assert list(led.remaining([8, 11])) == pytest.approx([0.75, 1.0])
+
+
+def test_named_records_and_all_or_nothing_charges(tmp_path):
+    led = Ledger(tmp_path / "n.sqlite")
+    led.register(led.new_ids(2), 1.0)
+    a = led.named_record("pinq:a", 0.5)
+    assert a == 2 and Ledger(led.path).named_record("pinq:a", None) == a  # found, not re-created
+    assert led.named_record("pinq:a", 0.5) == a and list(led.initial([a])) == [0.5]
+    with pytest.raises(ValidationError, match="created with 0.5"):
+        led.named_record("pinq:a", 0.6)
+    with pytest.raises(UnknownRecordError):
+        led.named_record("pinq:b", None)
+    assert list(led.new_ids(1)) == [3]  # named records take ids from the same counter
+    ch = led.charge([0, a], [0.2, 0.6], all_or_nothing=True)
+    assert list(ch.ok) == [False, False] and ch.query_id is None
+    assert list(led.remaining([0, a])) == [1.0, 0.5]
+    _, _, queries = _db_state(led.path)
+    assert queries == set()  # a refused all-or-nothing charge is not even logged
+    assert list(led.charge([0, a], [0.2, 0.5], all_or_nothing=True).ok) == [True, True]
+    assert list(led.remaining([0, a])) == [0.8, 0.0]
