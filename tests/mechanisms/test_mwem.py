@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy import stats
 
 import dprivacy as dp
 from dprivacy import metrics, noise
@@ -103,3 +104,52 @@ def test_input_validation():
         mech.release(np.zeros(W.N), rng=0, secure=False)
     with pytest.raises(ValidationError, match=r"\[0, 1\]"):
         DXMWEM.baseline(dp.Workload(2 * W.dense()), U, M, T=2)
+
+
+def round_one_instance():
+    """N = 4, six 0/1 range queries with unequal weights w_f <= 1 and the solver's beta (so
+    Theorem 7 still holds), n = 20: the round-1 selection law is far from uniform and from
+    degenerate."""
+    N = 4
+    U = dp.Universe.from_points(np.arange(N, dtype=float).reshape(-1, 1))
+    W = dp.Workload.range_queries(N, [(0, 0), (0, 1), (1, 2), (2, 3), (0, 3), (3, 3)])
+    M = metrics.Euclidean(1.0)
+    beta = DXMWEM.from_solver(W, U, M, n=20, T=1).beta
+    design = as_design(W, [0.5, 1.0, 1.0, 0.8, 0.3, 0.6], beta, method="manual", report={"T": 1})
+    return DXMWEM(W, design, universe=U, metric=M), np.array([10, 1, 3, 6])
+
+
+@pytest.mark.slow
+def test_round_one_selection_and_measurement_follow_algorithm_2():
+    """T = 1, 20000 seeded releases: Pr(f_1 = f) ∝ exp(beta s_1(x, f) / 2) with
+    s_1 = |w_f <f, A_0> - w_f <f, x>|, A_0 = n uniform (chi-square), and the measurement noise
+    m_1 - w_f <f, x> is Lap(1 / beta): variance 2 / beta^2 within 5 standard errors, KS test."""
+    mech, x = round_one_instance()
+    K, beta, n = 20_000, mech.beta, x.sum()
+    rng = np.random.default_rng(2026)
+    chosen, noise_1 = np.empty(K, dtype=int), np.empty(K)
+    true = mech.answers(x)
+    for k in range(K):
+        _, f, m = mech.release(x, rng=rng, secure=False, return_trace=True)
+        chosen[k], noise_1[k] = f[0], m[0] - true[f[0]]
+    scores = np.abs(mech.answers(np.full(x.size, n / x.size)) - true)
+    assert len(set(np.round(scores, 9))) >= 5  # distinct scores: the test has power
+
+    def law(log_w):
+        p = np.exp(log_w - log_w.max())
+        return p / p.sum()
+
+    observed = np.bincount(chosen, minlength=mech.workload.m)
+    expected = K * law(beta * scores / 2)
+    assert expected.min() > 50
+    assert stats.chisquare(observed, expected).pvalue > 1e-3
+    # the same data reject the law without the 1/2 and the law without the weights w_f
+    assert stats.chisquare(observed, K * law(beta * scores)).pvalue < 1e-6
+    unweighted = np.abs(mech.workload.dense() @ (np.full(x.size, n / x.size) - x))
+    assert stats.chisquare(observed, K * law(beta * unweighted / 2)).pvalue < 1e-6
+
+    var, se = 2 / beta**2, np.sqrt(20 / beta**4 / K)  # Var(X^2) = 24 b^4 - 4 b^4 for Lap(b)
+    assert abs(np.mean(noise_1**2) - var) < 5 * se
+    assert abs(np.mean(noise_1)) < 5 * np.sqrt(var / K)
+    assert stats.kstest(noise_1, "laplace", args=(0.0, 1 / beta)).pvalue > 1e-3
+    assert stats.kstest(noise_1, "laplace", args=(0.0, 1.2 / beta)).pvalue < 1e-6
