@@ -33,8 +33,9 @@ def test_element_costs_dense_and_sparse():
         element_costs(W, exact)
 
 
-def test_pinq_release_charges_the_max_cost_times_the_scaling():
-    t = Queryable(records(), budget=1.0)
+@pytest.mark.parametrize("durable", [False, True])
+def test_pinq_release_charges_the_max_cost_times_the_scaling(durable, tmp_path):
+    t = Queryable(records(), budget=1.0, ledger=tmp_path / "l.sqlite" if durable else None)
     h = t.histogram(U)
     assert h.N == 3 and h.cost(W, D) == pytest.approx(0.4)
     doubled = t.concat(t)
@@ -44,6 +45,8 @@ def test_pinq_release_charges_the_max_cost_times_the_scaling():
     with pytest.raises(BudgetExceededError):
         doubled.release(W, D, U, rng=0)
     assert t.remaining_budget() == pytest.approx(0.6)
+    if durable:  # a new process sees what the release spent
+        assert Queryable(records(), ledger=tmp_path / "l.sqlite").remaining_budget() == 0.6
 
 
 def test_pinq_release_is_the_dx_laplace_of_the_histogram():
