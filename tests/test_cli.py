@@ -185,3 +185,13 @@ def test_readme_quick_start_and_python_example(tmp_path: Path, monkeypatch: pyte
     exec(compile(code, "README.md", "exec"), {})  # noqa: S102 (our own README example)
     assert (tmp_path / "config.json").is_file()
     assert len(capsys.readouterr().out.splitlines()) == 2
+
+
+def test_every_readme_python_block_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """All ```python blocks of the README run as written (in a scratch folder)."""
+    blocks = [b.split("```", 1)[0] for b in README.read_text(encoding="utf-8").split("```python\n")[1:]]
+    assert len(blocks) >= 2
+    monkeypatch.chdir(tmp_path)
+    for k, code in enumerate(blocks):
+        exec(compile(code, f"README.md block {k}", "exec"), {})  # noqa: S102 (our own README)
+    assert (tmp_path / "budgets.sqlite").is_file() and (tmp_path / "people.sqlite").is_file()
