@@ -17,19 +17,29 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import numpy as np
 import scipy.sparse as sp
 
 from solvers.errors import InfeasibleError, SolverError
 
+if TYPE_CHECKING:
+    from scipy.sparse._base import _spbase  # public sp.sparray / sp.spmatrix lack toarray in the stubs
+
 _CACHE_CELLS = 2**19  # cap on pair cells per block: keeps temporaries cache friendly
+_T = TypeVar("_T")
+
+
+def _given(value: _T | None) -> _T:
+    assert value is not None  # an attribute that the constructor of this kind of set always fills in
+    return value
 
 
 def as_query_matrix(F: object, N: int | None = None) -> np.ndarray:
     """Return F as a dense finite float (m, N) array (scipy.sparse is densified), or raise."""
     if sp.issparse(F):
-        F = F.toarray()
+        F = cast("_spbase", F).toarray()
     try:
         A = np.asarray(F, dtype=float)
     except (TypeError, ValueError) as exc:
@@ -63,7 +73,7 @@ class Block:
     def pairs(self, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         flat = np.asarray(flat, dtype=np.int64)
         if self.I is not None:
-            return self.I[flat], self.J[flat]
+            return self.I[flat], _given(self.J)[flat]
         return self.r0 + flat // self.ncols, self.r0 + flat % self.ncols
 
 
@@ -131,6 +141,16 @@ class ConstraintSet:
     or :meth:`oracle`."""
 
     __slots__ = ("N", "kind", "_eps", "_I", "_J", "_E", "_keys", "_block", "_n")
+
+    N: int  # set via object.__setattr__; dense fills _eps, edges _I/_J/_E/_keys, oracle _block
+    kind: str
+    _eps: np.ndarray | None
+    _I: np.ndarray | None
+    _J: np.ndarray | None
+    _E: np.ndarray | None
+    _keys: np.ndarray | None
+    _block: Callable[[np.ndarray], np.ndarray] | None
+    _n: int | None
 
     def __init__(self, N: int, kind: str) -> None:
         object.__setattr__(self, "N", int(N))
@@ -212,9 +232,10 @@ class ConstraintSet:
         m = F.shape[0]
         cells = max(1, min(int(memory_bytes) // (8 * (m + 6)), max(_CACHE_CELLS // m, 4096)))
         if self.kind == "edges":
-            for s in range(0, self._I.size, cells):
-                I, J = self._I[s : s + cells], self._J[s : s + cells]  # noqa: E741
-                yield Block(self._E[s : s + cells], np.abs(F[:, I] - F[:, J]), 0, 0, I, J)
+            I_all, J_all, E_all = _given(self._I), _given(self._J), _given(self._E)
+            for s in range(0, I_all.size, cells):
+                I, J = I_all[s : s + cells], J_all[s : s + cells]  # noqa: E741
+                yield Block(E_all[s : s + cells], np.abs(F[:, I] - F[:, J]), 0, 0, I, J)
             return
         N = self.N
         r0 = 0
@@ -229,8 +250,8 @@ class ConstraintSet:
 
     def _eps_rows(self, r0: int, r1: int) -> np.ndarray:
         if self.kind == "dense":
-            return self._eps[r0:r1]
-        E = np.asarray(self._block(np.arange(r0, r1)), dtype=float)
+            return _given(self._eps)[r0:r1]
+        E = np.asarray(_given(self._block)(np.arange(r0, r1)), dtype=float)
         if E.shape != (r1 - r0, self.N):
             raise SolverError(f"oracle block returned shape {E.shape}, expected {(r1 - r0, self.N)}")
         _check_budget(E[:, r0:], f"oracle eps rows {r0}..{r1 - 1}")
@@ -242,18 +263,18 @@ class ConstraintSet:
         """Number of constrained pairs (finite eps_ij, i < j)."""
         if self._n is None:
             if self.kind == "dense":
-                n = int(np.count_nonzero(np.isfinite(self._eps[np.triu_indices(self.N, 1)])))
+                n = int(np.count_nonzero(np.isfinite(_given(self._eps)[np.triu_indices(self.N, 1)])))
             else:
                 n = sum(int(np.count_nonzero(b.eps < np.inf)) for b in self.blocks(np.zeros((1, self.N))))
             object.__setattr__(self, "_n", n)
-        return self._n
+        return _given(self._n)
 
     def min_eps(self) -> float:
         """Smallest finite eps_ij over constrained pairs (inf if there are none)."""
         if self.kind == "edges":
-            return float(self._E.min()) if self._E.size else float("inf")
+            return float(_given(self._E).min()) if _given(self._E).size else float("inf")
         if self.kind == "dense":
-            v = self._eps[np.triu_indices(self.N, 1)]
+            v = _given(self._eps)[np.triu_indices(self.N, 1)]
             return float(v.min()) if v.size else float("inf")
         return min((float(b.eps.min()) for b in self.blocks(np.zeros((1, self.N)))), default=np.inf)
 
@@ -263,15 +284,16 @@ class ConstraintSet:
         j = np.asarray(j, dtype=np.int64)
         lo, hi = np.minimum(i, j), np.maximum(i, j)
         if self.kind == "dense":
-            return np.where(lo == hi, np.inf, self._eps[lo, hi])
+            return np.where(lo == hi, np.inf, _given(self._eps)[lo, hi])
         if self.kind == "edges":
-            if self._keys.size == 0:
+            known = _given(self._keys)
+            if known.size == 0:
                 return np.full(lo.shape, np.inf)
             keys = lo * self.N + hi
-            pos = np.clip(np.searchsorted(self._keys, keys), 0, self._keys.size - 1)
-            return np.where(self._keys[pos] == keys, self._E[pos], np.inf)
+            pos = np.clip(np.searchsorted(known, keys), 0, known.size - 1)
+            return np.where(known[pos] == keys, _given(self._E)[pos], np.inf)
         rows, inv = np.unique(lo, return_inverse=True)
-        E = np.asarray(self._block(rows), dtype=float)
+        E = np.asarray(_given(self._block)(rows), dtype=float)
         return np.where(lo == hi, np.inf, E[inv, hi])
 
     def scan(self, F: object, u: np.ndarray, *, memory_bytes: int = 2**30, k: int = 0,
