@@ -18,6 +18,7 @@ Examples
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 
@@ -79,7 +80,7 @@ def design(F: object, constraints: ConstraintSet, method: str = "exact", loss: s
         raise SolverError(f"n must be a positive number of records, got {n}")
     A = as_query_matrix(F, constraints.N)
     c, bi, bj = constraints.check_feasible(A, memory_bytes=memory_bytes)
-    kw = dict(memory_bytes=memory_bytes)
+    kw: dict[str, Any] = dict(memory_bytes=memory_bytes)
     if method == "closed_form":
         draft = closed_form(A, constraints, c)
     elif method == "equal_split":

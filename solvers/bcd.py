@@ -7,11 +7,13 @@ Privacy condition (Theorem 1): ``sum_k w_k beta_k |F_ki - F_kj| <= eps_ij``; it 
 
 from __future__ import annotations
 
+from typing import Any
+
 import cvxpy as cp
 import numpy as np
 
 from solvers.constraints import ConstraintSet
-from solvers.convex import solve_u, start_pairs
+from solvers.convex import ObjectiveBuilder, solve_u, start_pairs
 from solvers.errors import SolverError
 from solvers.verify import Draft, objective
 
@@ -60,7 +62,7 @@ def bcd(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray, bj: np.
     k = max(20, 4 * int(act.sum()))
     init = start_pairs(F, cs, c, bi, bj, memory_bytes, k)
     fmax = np.abs(F).max(axis=1)
-    kw = dict(memory_bytes=memory_bytes, tol=tol, add_k=k)
+    kw: dict[str, Any] = dict(memory_bytes=memory_bytes, tol=tol, add_k=k)
     if n is None:
         w = np.ones(m)
     elif w0 is not None:
@@ -76,8 +78,7 @@ def bcd(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray, bj: np.
         # (ii) beta-block: u = w beta, objective 2 sum (w_k / u_k)^2 = 2 sum (w_k c_k / v_k)^2.
         wt = (w[act] * ca) ** 2
         wt = wt / wt.sum()
-        u, d, ws = solve_u(F, cs, c, lambda v, wt=wt: cp.Minimize(cp.sum(cp.multiply(wt, cp.power(v, -2)))),
-                           init if ws is None else [], ws=ws, **kw)
+        u, d, ws = solve_u(F, cs, c, _beta_block(wt), init if ws is None else [], ws=ws, **kw)
         n_inner += d.iterations
         beta = np.where(act, u / w, np.inf)
         if n is None:
@@ -86,8 +87,7 @@ def bcd(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray, bj: np.
         a = (float(n) * fmax[act]) ** 2
         a = a / a.max()
         g = 1.0 / (ca * beta[act])
-        u, d, ws = solve_u(F, cs, c, lambda v, a=a, g=g: cp.Minimize(
-            cp.sum(cp.multiply(a, cp.square(1 - cp.multiply(g, v))))), [], ws=ws, **kw)
+        u, d, ws = solve_u(F, cs, c, _w_block(a, g), [], ws=ws, **kw)
         n_inner += d.iterations
         w = np.where(act, np.clip(u / beta, 1e-12, 1.0), 1.0)
         obj = objective("squared", w, beta, F, n)
@@ -98,3 +98,13 @@ def bcd(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray, bj: np.
     u = np.where(act, w * beta, np.inf)
     return Draft(u=u, w=w, iterations=rounds, n_used=len(ws) if ws is not None else 0,
                  notes=notes, extra={"inner_rounds": n_inner})
+
+
+def _beta_block(wt: np.ndarray) -> ObjectiveBuilder:
+    """v -> minimise sum_k wt_k / v_k^2 (the beta-block objective of :func:`bcd`)."""
+    return lambda v: cp.Minimize(cp.sum(cp.multiply(wt, cp.power(v, -2))))
+
+
+def _w_block(a: np.ndarray, g: np.ndarray) -> ObjectiveBuilder:
+    """v -> minimise sum_k a_k (1 - g_k v_k)^2 (the w-block objective of :func:`bcd`)."""
+    return lambda v: cp.Minimize(cp.sum(cp.multiply(a, cp.square(1 - cp.multiply(g, v)))))

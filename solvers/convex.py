@@ -26,7 +26,7 @@ from solvers.constraints import ConstraintSet
 from solvers.errors import SolverError
 from solvers.verify import Draft
 
-ObjectiveBuilder = Callable[[cp.Variable], cp.problems.objective.Objective]
+ObjectiveBuilder = Callable[[cp.Variable], cp.Minimize | cp.Maximize]
 CLARABEL_OPTS = {"tol_gap_abs": 1e-9, "tol_gap_rel": 1e-9, "tol_feas": 1e-9, "max_iter": 400}
 
 
@@ -82,11 +82,12 @@ class WorkingSet:
 def solve_u(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, build: ObjectiveBuilder,
             init: list[tuple[np.ndarray, np.ndarray]], *, memory_bytes: int, tol: float = 1e-9,
             max_rounds: int | None = None, add_k: int | None = None, progress: bool = False,
-            ws: WorkingSet | None = None) -> tuple[np.ndarray, Draft, WorkingSet]:
+            ws: WorkingSet | None = None) -> tuple[np.ndarray, Draft, WorkingSet | None]:
     """Constraint generation for ``build(v)`` over ``{v : A v <= 1, 0 <= v <= 1}`` with
     v = c * u. Only rows with c_k > 0 are variables; the others get u_k = inf (exact answer).
 
-    Returns (u, draft, working set). ``init`` lists (i, j) arrays of starting pairs."""
+    Returns (u, draft, working set); the working set is ``ws`` (None if not given) when no row
+    has c_k > 0. ``init`` lists (i, j) arrays of starting pairs."""
     m = F.shape[0]
     act = np.flatnonzero(c > 0)
     if act.size == 0:

@@ -27,6 +27,7 @@ convex: ``u_k >= sqrt(2 / (3 a_k))`` resp. ``u_k >= 1 / (n ||F_k||_inf)``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.optimize import minimize
@@ -82,7 +83,8 @@ def _slsqp(red: Reduced, B: np.ndarray, v0: np.ndarray, envelope: bool,
     cons = [{"type": "ineq", "fun": lambda v: 1.0 - B @ v, "jac": lambda v: -B}]
     v, best = v0, np.inf
     for _ in range(3):  # restart while it still improves: SLSQP's BFGS model can stall early
-        res = minimize(lambda x: red.value(x, envelope) / scale, v, method="SLSQP",
+        # scipy-stubs type a constraint dict's fun as scalar-valued; SLSQP takes vector ones (B v <= 1)
+        res = minimize(lambda x: red.value(x, envelope) / scale, v, method="SLSQP",  # type: ignore[call-overload]
                        jac=lambda x: red.grad(x, envelope) / scale, bounds=list(zip(lo, hi, strict=True)),
                        constraints=cons, options={"ftol": 1e-16, "maxiter": 2000})
         x = np.clip(res.x, lo, hi)
@@ -135,13 +137,14 @@ def joint(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray, bj: n
     init = start_pairs(F, cs, c, bi, bj, memory_bytes, k)
     u1, d1, ws = solve_u(F, cs, c, loss_objective(loss, c[act]), init, memory_bytes=memory_bytes,
                          tol=tol, max_rounds=max_rounds, add_k=k, progress=progress)
+    assert ws is not None  # act.any(): solve_u built a working set
     fmax = np.abs(F[act]).max(axis=1)
     ca = c[act]
     A, ut = ((n * fmax) ** 2, np.sqrt(2.0) / (n * fmax)) if loss == "squared" else \
         (n * fmax, 2.0 / (n * fmax))
     red = Reduced(loss, A, ca * ut)
     v1 = np.clip(ca * u1[act], 0.0, 1.0) / (1.0 + max(d1.extra.get("final_violation", 0.0), 0.0))
-    kw = dict(memory_bytes=memory_bytes, tol=tol, max_rounds=max_rounds or 200, add_k=k)
+    kw: dict[str, Any] = dict(memory_bytes=memory_bytes, tol=tol, max_rounds=max_rounds or 200, add_k=k)
     v, rounds, status, _ = _generate(F, cs, c, act, ws, red, v1, True, **kw)
     lower = red.value(v, True)
     # h = envelope at the envelope optimum (every z_k = 0 or >= zt_k): it is the global optimum
@@ -154,7 +157,8 @@ def joint(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray, bj: n
         drop = z < 0.5
         lo = np.where(drop, 0.0, np.minimum(CONVEX_FROM[loss] * red.t, 1.0))
         rnd_b = (lo, np.where(drop, 0.0, 1.0))
-        starts = [(np.where(drop, 0.0, np.maximum(v, lo)), rnd_b)]  # rounded: a convex problem
+        starts: list[tuple[np.ndarray, tuple[np.ndarray, np.ndarray] | None]] = [
+            (np.where(drop, 0.0, np.maximum(v, lo)), rnd_b)]  # rounded: a convex problem
         if loss == "squared":  # smooth h: also polish from the envelope and w = 1 optima
             starts += [(v, None), (v1, None)]
         for start, bnd in starts:

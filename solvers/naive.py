@@ -8,6 +8,8 @@ method="exact" solves the same problem by constraint generation.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import cvxpy as cp
 import numpy as np
 
@@ -41,12 +43,13 @@ def naive_exact(F: object, eps: np.ndarray, loss: str = "squared", *,
     s = M.max(axis=0) if scale_columns else np.ones(M.shape[1])
     v = cp.Variable(int(act.sum()))
     sn = s / s.max()  # objective in v with normalised weights (u = v / s); cf. solvers.convex
-    obj = {
+    objectives: dict[str, Callable[[], cp.Minimize | cp.Maximize]] = {
         "squared": lambda: cp.Minimize(cp.sum(cp.multiply(sn**2 / np.sum(sn**2), cp.power(v, -2)))),
         "absolute": lambda: cp.Minimize(cp.sum(cp.multiply(sn / np.sum(sn), cp.inv_pos(v)))),
         "max": lambda: cp.Maximize(cp.min(cp.multiply(sn.min() / sn, v))),
         "log": lambda: cp.Maximize(cp.geo_mean(v)),  # = max sum log x; SOC form
-    }[loss]()
+    }
+    obj = objectives[loss]()
     prob = cp.Problem(obj, [(M / s[None, :]) @ v <= 1, v >= 0])
     try:
         prob.solve(solver=cp.CLARABEL)

@@ -75,8 +75,8 @@ def smalldb_params(F: object, constraints: ConstraintSet, n: float, *, delta: fl
         vals = np.array([phi(g) for g in grid])
         g = int(np.argmin(vals))
         a, b = grid[max(g - 1, 0)], grid[min(g + 1, grid.size - 1)]
-        res = minimize_scalar(phi, bounds=(a, b), method="bounded", options={"xatol": 1e-12})
-        log_b = float(res.x) if res.fun <= vals[g] else float(grid[g])
+        opt = minimize_scalar(phi, bounds=(a, b), method="bounded", options={"xatol": 1e-12})
+        log_b = float(opt.x) if opt.fun <= vals[g] else float(grid[g])
         beta = math.exp(log_b)
         w = np.minimum(1.0, 1.0 / np.maximum(beta * c, 1e-300))
         obj = phi(log_b)

@@ -78,6 +78,7 @@ def finalize(F: np.ndarray, cs: ConstraintSet, draft: Draft, *, method: str, los
         if sc.max_ratio <= 1.0 + RATIO_TOL:
             break
         if not np.isfinite(sc.max_ratio):
+            assert sc.worst is not None  # an infinite max ratio comes from a constrained pair
             i, j = sc.worst
             raise InfeasibleError(
                 f"{method}: pair ({i}, {j}) has infinite privacy loss (eps_ij = 0 or an exact "
