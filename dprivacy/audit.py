@@ -192,9 +192,9 @@ def audit(mechanism: Any, x, i: int, j: int, samples: int = 20000, rng=None, *,
     for sign in (1, -1):  # +1: S more likely under x; -1: under x'
         num, den = (ca, cb) if sign == 1 else (cb, ca)
         order = np.argsort(-np.log((num + 0.5) / (den + 0.5)), kind="stable")
-        kp, kq = np.cumsum(num[order]), np.cumsum(den[order])
+        cum_p, cum_q = np.cumsum(num[order]), np.cumsum(den[order])
         for k in range(order.size):
-            score = _log_ratio_lower(int(kp[k]), int(kq[k]), n_pilot, alpha)
+            score = _log_ratio_lower(int(cum_p[k]), int(cum_q[k]), n_pilot, alpha)
             if score > best[0]:
                 best = (score, order[:k + 1], sign)
     _, event_bins, sign = best

@@ -99,6 +99,7 @@ class Design:
         """Check Theorem 1 over all constrained pairs; return the max ratio or raise."""
         cs = constraints if constraints is not None else self.constraints
         ratio = self.max_ratio(workload, cs)
+        assert cs is not None  # max_ratio raised otherwise
         if not ratio <= 1 + rtol:
             worst = cs.scan(workload.F, self.u, k=1)
             raise PrivacyViolationError(

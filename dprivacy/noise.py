@@ -72,7 +72,8 @@ def resolve_rng(rng: np.random.Generator | int | None) -> np.random.Generator:
 
 
 def _fast_rng(rng: np.random.Generator | int | None, secure: bool) -> np.random.Generator | None:
-    """The Generator for the fast path; on the secure path only validate ``rng`` (it is unused)."""
+    """The Generator for the fast path; on the secure path only validate ``rng`` (it is unused)
+    and return None, so that ``gen is None`` exactly when ``secure``."""
     if secure:
         if rng is not None and not isinstance(rng, np.random.Generator):
             resolve_rng(rng)  # raises on a bad seed; a valid one is deliberately unused
@@ -157,7 +158,7 @@ def laplace(
     """
     gen = _fast_rng(rng, secure)
     s = _check_scale(scale, size)
-    if secure:
+    if gen is None:  # secure
         noise = _secure_add(np.zeros(s.shape), s)
     else:
         noise = gen.laplace(0.0, 1.0, size=s.shape) * s
@@ -191,7 +192,7 @@ def add_laplace(
     s = _check_scale(scale, v.shape if v.shape else None)
     if s.shape != v.shape:
         raise ValidationError(f"scale of shape {s.shape} does not match values of shape {v.shape}")
-    if secure:
+    if gen is None:  # secure
         out = _secure_add(v, s)
     else:
         out = v + gen.laplace(0.0, 1.0, size=v.shape) * s
@@ -239,6 +240,6 @@ def exponential_choice(
         raise ValidationError("every log_weight is -inf: there is nothing to choose")
     if live.size == 1:
         return int(live[0])
-    if secure:
+    if gen is None:  # secure
         return int(live[_gumbel_max_measurement()(lw[live].tolist())])
     return int(live[np.argmax(lw[live] + gen.gumbel(size=live.size))])

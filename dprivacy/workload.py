@@ -22,8 +22,9 @@ from dprivacy.universe import Universe
 
 
 def _as_matrix(F) -> np.ndarray | sp.csr_array:
+    A: np.ndarray | sp.csr_array
     if sp.issparse(F):
-        A = sp.csr_array(F, dtype=float)
+        A = sp.csr_array(F, dtype=float)  # type: ignore[call-overload]  # stubs: no sparse + dtype form
         data = A.data
     else:
         try:
@@ -100,7 +101,7 @@ class Workload:
 
     def dense(self) -> np.ndarray:
         """F as a dense (m, N) array."""
-        return self.F.toarray() if self.is_sparse else np.asarray(self.F)
+        return self.F.toarray() if sp.issparse(self.F) else np.asarray(self.F)
 
     def query_names(self) -> list[str]:
         return list(self.names) if self.names is not None else [f"q{k}" for k in range(self.m)]
@@ -120,7 +121,7 @@ class Workload:
 
     def ranges(self) -> np.ndarray:
         """Per-query range Delta f_k = max_i F_ki - min_i F_ki (single-query sensitivity)."""
-        if self.is_sparse:
+        if sp.issparse(self.F):
             A = self.F
             mx = A.max(axis=1).toarray().ravel()
             mn = A.min(axis=1).toarray().ravel()
@@ -129,7 +130,7 @@ class Workload:
 
     def inf_norms(self) -> np.ndarray:
         """||F_k||_inf per query (the bias coefficient of Theorem 2)."""
-        return np.asarray(abs(self.F).max(axis=1).toarray().ravel() if self.is_sparse
+        return np.asarray(abs(self.F).max(axis=1).toarray().ravel() if sp.issparse(self.F)
                           else np.abs(self.F).max(axis=1))
 
     def pair_sensitivity(self, i: int, j: int) -> float:
@@ -186,6 +187,7 @@ class Workload:
         if (ranges is None) == (count is None):
             raise ValidationError("give exactly one of ranges=[(lo, hi), ...] or count=...")
         if ranges is None:
+            assert count is not None  # exactly one of ranges and count was given
             g = resolve_rng(rng)
             ends = np.sort(g.integers(0, N, size=(int(count), 2)), axis=1)
             ranges = [tuple(r) for r in ends]

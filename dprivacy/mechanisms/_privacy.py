@@ -19,6 +19,8 @@ from dprivacy.errors import PrivacyViolationError, ValidationError
 from dprivacy.workload import Workload
 
 if TYPE_CHECKING:
+    import scipy.sparse as sp
+
     from dprivacy.metrics.base import Metric
     from dprivacy.universe import Universe
     from solvers import ConstraintSet
@@ -31,6 +33,7 @@ def resolve_constraints(workload: Workload, design: Design | None, universe: Uni
     if (universe is None) != (metric is None):
         raise ValidationError("give both universe and metric, or neither")
     if universe is not None:
+        assert metric is not None  # both or neither
         workload.check_universe(universe)
         return metric.constraint_set(universe)
     cs = design.constraints if design is not None else None
@@ -45,7 +48,7 @@ def resolve_constraints(workload: Workload, design: Design | None, universe: Uni
     return cs
 
 
-def check_max_condition(cs: ConstraintSet, G: np.ndarray, scale: np.ndarray, what: str,
+def check_max_condition(cs: ConstraintSet, G: np.ndarray | sp.csr_array, scale: np.ndarray, what: str,
                         rtol: float = PRIVACY_RTOL) -> float:
     """Check ``max_r scale_r |G_ri - G_rj| <= eps_ij`` over all constrained pairs.
 

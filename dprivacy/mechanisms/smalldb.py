@@ -103,7 +103,11 @@ class DXSmallDB:
                                   "or alpha= (size = ceil(ln m / alpha^2))")
         if size is not None and (int(size) != size or size < 1):
             raise ValidationError(f"size = {size}: a positive integer number of records")
-        s = synthetic_size(workload.m, alpha) if size is None else int(size)
+        if size is None:
+            assert alpha is not None  # exactly one of size and alpha was given
+            s = synthetic_size(workload.m, alpha)
+        else:
+            s = int(size)
         self.workload = workload
         self.design = design
         self.size = s

@@ -91,7 +91,7 @@ class Geodesic(Metric):
 
     def block(self, universe: Universe, rows: np.ndarray) -> np.ndarray:
         self._check_universe(universe)
-        c = universe.coords
+        c = _coords(universe, "Geodesic")
         rows = np.asarray(rows)
         if self.model == "sphere":
             return self.eps_per_km * haversine_km(c[rows], c)
@@ -109,7 +109,7 @@ class Geodesic(Metric):
             return self.block(universe, np.arange(universe.N))
         from geopy.distance import geodesic
 
-        c = universe.coords
+        c = _coords(universe, "Geodesic")
         n = len(c)
         out = np.zeros((n, n))
         for i in range(n):

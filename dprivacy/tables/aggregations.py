@@ -21,7 +21,7 @@ replaced by the midpoint of [lo, hi] before clamping (so NaN cannot make a relea
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -83,12 +83,12 @@ def average(
     """NoisyAverage: (noisy centred sum at ε/2) / (noisy count at ε/2), clamped to [lo, hi]."""
     v = values(df, f, lo, hi)
     mid, half = (lo + hi) / 2, (hi - lo) / 2
-    noisy = noise.add_laplace(
+    noisy = cast(np.ndarray, noise.add_laplace(  # an array: the values have shape (2,)
         np.array([float((v - mid).sum()), float(len(v))]),
         np.array([2 * half / eps, 2 / eps]),
         rng=rng,
         secure=secure,
-    )
+    ))
     s, c = float(noisy[0]), float(noisy[1])
     return float(np.clip(mid + s / max(c, 1.0), lo, hi))
 

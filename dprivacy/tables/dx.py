@@ -53,9 +53,9 @@ def element_costs(workload: Any, design: Any) -> np.ndarray:
     u = np.asarray(design.u, dtype=float)
     if u.shape != (workload.m,):
         raise ShapeError(f"design has u of shape {u.shape}; the workload has m = {workload.m}")
-    absF = abs(workload.F)
+    F: np.ndarray | sp.csr_array = workload.F
     with np.errstate(invalid="ignore"):
-        c = absF.T @ u if sp.issparse(absF) else np.abs(np.asarray(absF)).T @ u
+        c = abs(F).T @ u if sp.issparse(F) else np.abs(np.asarray(F)).T @ u
     c = np.asarray(c, dtype=float).reshape(workload.N)
     if not np.all(np.isfinite(c)):
         i = int(np.flatnonzero(~np.isfinite(c))[0])

@@ -310,6 +310,7 @@ class Ledger(BudgetLedger):
                 db.execute("ROLLBACK")
                 return Charge(np.zeros(a.size, dtype=bool), None)
             cur = db.execute("INSERT INTO queries (label) VALUES (?)", (label,))
+            assert cur.lastrowid is not None  # set by the INSERT above
             qid = int(cur.lastrowid)
             if self.log:
                 db.execute(

@@ -313,8 +313,8 @@ class ProPerTable:
         gives each record's own cost (summed per source). Returns the keep mask (None = all)."""
         prov = self._prov
         if self._src is None:  # provenance of a snapshot never changes: compute once
-            src = prov >= 0
-            self._src = (src, bool(src.all()))
+            mask = prov >= 0
+            self._src = (mask, bool(mask.all()))
         src, all_src = self._src
         ids = prov if all_src else prov[src]  # src is None only when all_src
         if per_record is None and self._unique:
