@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+import scipy.sparse as sp
 
 from dprivacy import noise
 from dprivacy.design import PRIVACY_RTOL, Design
@@ -69,6 +70,7 @@ class DXLaplace:
             raise ValidationError("give both universe and metric, or neither")
         cs = None
         if universe is not None:
+            assert metric is not None  # both or neither
             self.workload.check_universe(universe)
             cs = metric.constraint_set(universe)
         return self.design.verify(self.workload, cs)
@@ -80,8 +82,8 @@ class DXLaplace:
 
     def privacy_loss(self, i: int, j: int) -> float:
         """Realised loss sum_k u_k |F_ki - F_kj| of moving one record from chi_i to chi_j."""
-        F = self.workload.dense() if self.workload.N * self.workload.m < 10**7 else None
-        cols = F[:, [i, j]] if F is not None else self.workload.F[:, [i, j]].toarray()
+        F = self.workload.F
+        cols = F[:, [i, j]].toarray() if sp.issparse(F) else F[:, [i, j]]
         return float(np.sum(self.design.u * np.abs(cols[:, 0] - cols[:, 1])))
 
     def expected_squared_error(self, x) -> float:
