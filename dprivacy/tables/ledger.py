@@ -120,13 +120,24 @@ def ids_array(ids: Any) -> np.ndarray:
     return a
 
 
+def _units_per_record(x: Any, n: int, *, round_up: bool, what: str) -> np.ndarray:
+    """``x`` (a scalar or one value per record) as an (n,) array of units (:func:`to_units`)."""
+    u = to_units(x, round_up=round_up)
+    if u.ndim == 0:
+        return np.full(n, int(u), dtype=np.int64)
+    if u.shape != (n,):
+        raise ValidationError(f"{what} has shape {u.shape}: need a scalar or ({n},)")
+    return u
+
+
 def cost_units(costs: Any, n: int) -> np.ndarray:
-    c = to_units(costs, round_up=True)
-    if c.ndim == 0:
-        return np.full(n, int(c), dtype=np.int64)
-    if c.shape != (n,):
-        raise ValidationError(f"costs has shape {c.shape}: need a scalar or ({n},)")
-    return c
+    """Costs of n records in units, rounded up (a charge never undercounts the true cost)."""
+    return _units_per_record(costs, n, round_up=True, what="costs")
+
+
+def budget_units(budgets: Any, n: int) -> np.ndarray:
+    """Initial budgets of n records in units, rounded down (never more than was granted)."""
+    return _units_per_record(budgets, n, round_up=False, what="budgets")
 
 
 def check_unique(ids: np.ndarray) -> None:
@@ -210,10 +221,7 @@ class Ledger(BudgetLedger):
         self, ids: Any, budgets: Any, *, existing: str = "raise", assume_unique: bool = False
     ) -> None:
         a = ids_array(ids)
-        b = to_units(budgets, round_up=False)
-        b = np.full(a.size, int(b)) if b.ndim == 0 else b
-        if b.shape != a.shape:
-            raise ValidationError(f"budgets has shape {b.shape}: need a scalar or {a.shape}")
+        b = budget_units(budgets, a.size)
         check_unique(a)
         verb = "INSERT OR IGNORE" if existing == "keep" else "INSERT"
         rows = zip(a.tolist(), b.tolist(), b.tolist(), strict=True)

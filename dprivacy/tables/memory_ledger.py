@@ -30,10 +30,10 @@ from dprivacy.tables.ledger import (
     UNIT,
     BudgetLedger,
     Charge,
+    budget_units,
     check_unique,
     cost_units,
     ids_array,
-    to_units,
 )
 
 __all__ = ["MemoryLedger", "Account"]
@@ -119,10 +119,7 @@ class MemoryLedger(BudgetLedger):
         self, ids: Any, budgets: Any, *, existing: str = "raise", assume_unique: bool = False
     ) -> None:
         a = ids_array(ids)
-        b = to_units(budgets, round_up=False)
-        b = np.full(a.size, int(b)) if b.ndim == 0 else b
-        if b.shape != a.shape:
-            raise ValidationError(f"budgets has shape {b.shape}: need a scalar or {a.shape}")
+        b = budget_units(budgets, a.size)
         if not assume_unique:
             check_unique(a)
         if a.size == 0:
