@@ -55,6 +55,8 @@ __all__ = ["resolve_rng", "laplace", "add_laplace", "exponential_choice"]
 
 dp.enable_features("contrib")
 
+Rng = np.random.Generator | int | None  # the ``rng`` argument of every random function
+
 
 def resolve_rng(rng: np.random.Generator | int | None) -> np.random.Generator:
     """Return a numpy Generator: ``rng`` itself, ``default_rng(seed)`` for an int, new for None."""

@@ -28,11 +28,11 @@ import pandas as pd
 
 from dprivacy import noise
 from dprivacy.errors import ValidationError
+from dprivacy.noise import Rng
 
 __all__ = ["count", "sum_", "average", "order_statistic", "exponential", "ValueSpec"]
 
 ValueSpec = str | Callable[[pd.DataFrame], Any] | None
-Rng = np.random.Generator | int | None
 
 
 def check_range(lo: float, hi: float) -> None:

@@ -33,6 +33,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dprivacy.errors import ShapeError, ValidationError
+from dprivacy.noise import Rng
 from dprivacy.tables.agents import charge
 
 if TYPE_CHECKING:
@@ -40,8 +41,6 @@ if TYPE_CHECKING:
     from dprivacy.tables.proper import ProPerTable
 
 __all__ = ["element_costs", "PinqHistogram", "ProPerHistogram"]
-
-Rng = np.random.Generator | int | None
 
 
 def element_costs(workload: Any, design: Any) -> np.ndarray:

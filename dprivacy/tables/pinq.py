@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from dprivacy.errors import ValidationError
+from dprivacy.noise import Rng
 from dprivacy.tables import aggregations as agg
 from dprivacy.tables.agents import (
     Agent,
@@ -56,8 +57,6 @@ from dprivacy.tables.frames import (
 from dprivacy.tables.ledger import Ledger
 
 __all__ = ["Queryable"]
-
-Rng = np.random.Generator | int | None
 
 
 class Queryable:

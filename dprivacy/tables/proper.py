@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from dprivacy.errors import UnknownRecordError, UnsupportedOperationError, ValidationError
+from dprivacy.noise import Rng
 from dprivacy.tables import aggregations as agg
 from dprivacy.tables.agents import _check_eps
 from dprivacy.tables.frames import (
@@ -45,7 +46,6 @@ from dprivacy.tables.pinq import Queryable
 
 __all__ = ["ProPerTable"]
 
-Rng = np.random.Generator | int | None
 _UNTRACKABLE = (
     "ProPer tracks provenance only through unary union-preserving transformations (where, select, "
     "select_many, concat, product/join/exclude with a public table); {op} mixes records of "

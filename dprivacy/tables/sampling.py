@@ -31,6 +31,7 @@ import numpy as np
 
 from dprivacy import noise
 from dprivacy.errors import ValidationError
+from dprivacy.noise import Rng
 from dprivacy.tables.agents import PartitionAgent, SigmaAgent
 from dprivacy.tables.pinq import Queryable
 
@@ -53,7 +54,6 @@ __all__ = [
 ]
 
 Sigma = Callable[[float], float]
-Rng = np.random.Generator | int | None
 
 
 def sigma_take(eps: float) -> float:
