@@ -209,3 +209,17 @@ def test_design_argument_errors():
         dp.design(dp.Workload([[0.0, 1, 2], [1, 0, 0]]), U, M, method="closed_form")
     with pytest.raises(ShapeError):
         dp.design(dp.Workload([[0.0, 1]]), U, M)
+
+
+def test_privacy_loss_dense_and_sparse_workloads():
+    import scipy.sparse as sp
+
+    U = dp.Universe.from_points(np.array([[0.0], [1.0], [3.0], [4.0]]))
+    M = metrics.Euclidean(1.0)
+    F = np.array([[0.0, 1.0, 0.0, 2.0], [1.0, 0.0, 0.0, 1.0]])
+    for W in (dp.Workload(F), dp.Workload(sp.csr_array(F))):
+        mech = dp.DXLaplace(W, dp.design(W, U, M, method="uniform"))
+        u = mech.design.u
+        for i, j in [(0, 1), (1, 3), (2, 0)]:
+            assert mech.privacy_loss(i, j) == pytest.approx(np.sum(u * np.abs(F[:, i] - F[:, j])))
+            assert mech.privacy_loss(i, j) <= M.budget(U)[i, j] * (1 + 1e-9)
