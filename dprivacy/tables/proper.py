@@ -16,8 +16,9 @@ pay; the others are not charged and their records are silently left out of the q
 Privacy condition: the whole interaction is ℰ-PDP: for every record r, neighbouring runs with and
 without r differ by a factor ≤ exp(ℰ(r)) (ProPer Theorem 2), because budgets never go below zero.
 
-Transformations are eager: a derived table is a snapshot. ``insert``/``delete``/``update`` modify
-a table in place (live data, §6.6); tables derived earlier are unaffected.
+Transformations are eager: a derived table is a snapshot. ``insert``/``delete``/``update`` and a
+user-defined ``refresh`` modify a table in place (live data, §6.6; :mod:`.live`); tables derived
+earlier are unaffected (the C# prototype's lazy LINQ queries would see the new data).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any, NoReturn
 import numpy as np
 import pandas as pd
 
-from dprivacy.errors import UnknownRecordError, UnsupportedOperationError, ValidationError
+from dprivacy.errors import UnsupportedOperationError, ValidationError
 from dprivacy.noise import Rng
 from dprivacy.tables import aggregations as agg
 from dprivacy.tables.agents import _check_eps
@@ -40,7 +41,8 @@ from dprivacy.tables.frames import (
     select_many_frame,
     split_positions,
 )
-from dprivacy.tables.ledger import BudgetLedger, scalar_units, to_units
+from dprivacy.tables.ledger import BudgetLedger, scalar_units
+from dprivacy.tables.live import LiveData
 from dprivacy.tables.memory_ledger import Account, MemoryLedger
 from dprivacy.tables.pinq import Queryable
 
@@ -53,7 +55,7 @@ _UNTRACKABLE = (
 )
 
 
-class ProPerTable:
+class ProPerTable(LiveData):
     """A table of records with personal budgets and provenance (ProPer, POPL'15).
 
     Parameters:
@@ -108,83 +110,6 @@ class ProPerTable:
     def columns(self) -> list[Hashable]:
         """Column names (public schema)."""
         return list(self._df.columns)
-
-    # ------------------------------------------------------------------ live data (§6.6)
-    def insert(
-        self, df: pd.DataFrame, budget: float | str | Sequence[float] | np.ndarray = 1.0, *,
-        id_column: str | None = None, _existing: str = "raise",
-    ) -> np.ndarray:
-        """Add new individuals with fresh ids and their own budgets; returns their ids."""
-        new = as_frame(df)
-        n = len(new)
-        if isinstance(budget, str):
-            if budget not in new.columns:
-                raise ValidationError(f"budget column {budget!r} is not in {list(new.columns)}")
-            b = np.asarray(new[budget], dtype=float)
-        else:
-            b = np.asarray(budget, dtype=float)
-            if b.ndim and b.shape != (n,):
-                raise ValidationError(f"budget has shape {b.shape}: need a number or ({n},)")
-        to_units(b, round_up=False)  # validates: finite and >= 0
-        if id_column is None:
-            ids = self._ledger.new_ids(n)
-        else:
-            if id_column not in new.columns:
-                raise ValidationError(f"id_column {id_column!r} is not in {list(new.columns)}")
-            ids = np.asarray(new[id_column])
-            if n and (ids.dtype.kind not in "iu" or ids.min() < 0):
-                raise ValidationError(f"id_column {id_column!r}: ids are non-negative integers")
-            ids = ids.astype(np.int64)
-        self._ledger.register(ids, b, existing=_existing, assume_unique=id_column is None)
-        if len(self._df) == 0:
-            self._df = new
-        else:
-            self._df = pd.concat([self._df, new], ignore_index=True)
-        if self._id_offset is not None:
-            start = int(ids[0]) - len(self._prov) if n else self._id_offset
-            run = id_column is None and (len(self._prov) == 0 or start == self._id_offset)
-            self._id_offset = start if run else None
-        self._prov = np.concatenate([self._prov, ids]) if len(self._prov) else ids
-        self._acct = None  # (inserted records have sources: _src stays as it was)
-        if self._src is not None and not self._src[1]:
-            self._src = None
-        return ids
-
-    def delete(
-        self, where: Callable[[pd.DataFrame], Any] | None = None, *, ids: Any = None
-    ) -> None:
-        """Remove the records matching ``where`` and/or derived from the source ``ids``."""
-        drop = np.zeros(len(self._df), dtype=bool)
-        if where is not None:
-            drop |= mask_array(self._df, where)
-        if ids is not None:
-            a = np.asarray(ids, dtype=np.int64).reshape(-1)
-            known = self._ledger.contains(a)
-            if not known.all():
-                raise UnknownRecordError(f"unknown record id {int(a[~known][0])}: nothing deleted")
-            drop |= np.isin(self._prov, a)
-        self._df = self._df[~drop].reset_index(drop=True)
-        self._prov = self._prov[~drop]
-        self._acct, self._id_offset = None, None
-        if self._src is not None and not self._src[1]:
-            self._src = None
-
-    def update(
-        self, f: Callable[[pd.DataFrame], Any], where: Callable[[pd.DataFrame], Any] | None = None
-    ) -> None:
-        """Replace the records matching ``where`` (all if None) by ``f(records)``, one for one,
-        keeping their provenance (a per-record map, like ``select``)."""
-        mask = np.ones(len(self._df), bool) if where is None else mask_array(self._df, where)
-        out = select_frame(self._df[mask].reset_index(drop=True), f)
-        if list(out.columns) != list(self._df.columns):
-            raise ValidationError(
-                f"update must return the same columns {list(self._df.columns)}; got "
-                f"{list(out.columns)}"
-            )
-        df = self._df.copy()
-        for col in df.columns:
-            df.loc[mask, col] = out[col].to_numpy()
-        self._df = df
 
     # ------------------------------------------------------------------ tracked transformations
     def _same(self, df: pd.DataFrame, prov: np.ndarray, unique: bool, *,
