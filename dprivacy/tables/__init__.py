@@ -2,7 +2,9 @@
 
 See the spec ``PINQ_PROPER.md``: :class:`Queryable` (PINQ, one global budget and stability-tracked
 transformations), :class:`ProPerTable` (personal budgets, affine provenance, silent dropping),
-:class:`Ledger` / :class:`MemoryLedger` (budget stores) and :mod:`.sampling` (Paper III).
+:class:`Ledger` / :class:`MemoryLedger` (budget stores), :mod:`.sampling` (Paper III),
+:mod:`.live` (ProPer's insert/delete/update/refresh) and :mod:`.multiset` (the multiset and
+multi-relation semantics of ProPer's provenance, spec §6.2).
 
 Names are imported lazily (PEP 562), so a process that only needs the ledger (e.g. a worker
 charging a shared SQLite file) does not pay for pandas and OpenDP.
