@@ -88,23 +88,35 @@ def _worker(*args: str) -> subprocess.Popen:
     return proc
 
 
-@pytest.mark.slow
-def test_sigkill_at_random_points_never_releases_uncharged(tmp_path):
-    db, out = tmp_path / "k.sqlite", tmp_path / "released.txt"
-    Ledger(db).register(np.arange(20), 1.0)
-    rng = np.random.default_rng(0)
+def run_with_random_kills(args: list[str], out: Path, n: int, *, kills_wanted: int, max_wait: float,
+                          seed: int, max_kills: int) -> int:
+    """Run ``ledger_worker`` (resuming from the released count in ``out``) until ``n`` answers are
+    released, SIGKILLing the first ``kills_wanted`` runs after a random time in [0, max_wait).
+    Returns the number of kills."""
+    rng = np.random.default_rng(seed)
     done, kills = 0, 0
-    while done < 200:
-        proc = _worker("kill", str(db), str(out), str(done), "200")
-        try:  # 200 paced commits take >= 0.2 s: kill 8 runs at random points, then finish
-            proc.wait(timeout=rng.uniform(0.0, 0.08) if kills < 8 else 300)
+    while done < n:
+        proc = _worker(args[0], *args[1:3], str(done), *args[3:])
+        try:
+            proc.wait(timeout=rng.uniform(0.0, max_wait) if kills < kills_wanted else 300)
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGKILL)
             kills += 1
         proc.wait()
+        assert proc.stdout is not None
         proc.stdout.close()
         done = len(out.read_text().splitlines()) if out.exists() else 0
-        assert kills < 500, "the worker never got through its queries"
+        assert kills < max_kills, "the worker never got through its queries"
+    return kills
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_points_never_releases_uncharged(tmp_path):
+    db, out = tmp_path / "k.sqlite", tmp_path / "released.txt"
+    Ledger(db).register(np.arange(20), 1.0)
+    # 200 paced commits take >= 0.2 s: kill 8 runs at random points, then finish
+    kills = run_with_random_kills(["kill", str(db), str(out), "200"], out, 200, kills_wanted=8,
+                                  max_wait=0.08, seed=0, max_kills=500)
     released = [line.split() for line in out.read_text().splitlines()]
     spent, logged, queries = _db_state(db)
     assert kills >= 2

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import signal
 import sqlite3
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +11,7 @@ import pytest
 
 from dprivacy.errors import BudgetExceededError, UnknownRecordError, ValidationError
 from dprivacy.tables import Ledger, LedgerBudgetAgent, ProPerTable, Queryable
-from tests.tables.test_ledger import _worker
+from tests.tables.test_ledger import _worker, run_with_random_kills
 
 DF = pd.DataFrame({"a": np.arange(60)})
 
@@ -135,19 +133,9 @@ def test_sigkill_during_pinq_queries_never_releases_uncharged(tmp_path):
     db, out = tmp_path / "k.sqlite", tmp_path / "released.txt"
     n, budget, cost = 200, 1.9, 10_000_000  # 190 queries fit; crashes lose a few more
     rid = Queryable(DF, budget, ledger=db, source="k")._roots[0].record_id
-    rng = np.random.default_rng(1)
-    done, kills = 0, 0
-    while done < n:
-        proc = _worker("pinq-kill", str(db), str(out), str(done), str(n), str(budget))
-        try:  # 200 paced queries take >= 0.15 s: kill 5 runs at random points, then finish
-            proc.wait(timeout=rng.uniform(0.0, 0.12) if kills < 5 else 300)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGKILL)
-            kills += 1
-        proc.wait()
-        proc.stdout.close()
-        done = len(out.read_text().splitlines()) if out.exists() else 0
-        assert kills < 200, "the worker never got through its queries"
+    # 200 paced queries take >= 0.15 s: kill 5 runs at random points, then finish
+    kills = run_with_random_kills(["pinq-kill", str(db), str(out), str(n), str(budget)], out, n,
+                                  kills_wanted=5, max_wait=0.12, seed=1, max_kills=200)
     lines = [line.split(maxsplit=2) for line in out.read_text().splitlines()]
     assert [q for _, q, _ in lines] == [f"q{i}" for i in range(n)] and kills >= 2
     released = [(int(qid), float(a)) for qid, _, a in lines if qid != "-"]
