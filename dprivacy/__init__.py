@@ -8,6 +8,7 @@ from dprivacy import data, errors, metrics, noise
 from dprivacy.audit import AuditResult, audit
 from dprivacy.config import MechanismConfig
 from dprivacy.design import LOSSES, METHODS, Design, design, improvement_factor
+from dprivacy.group import group_privacy_loss
 from dprivacy.mechanisms import DXMWEM, DXExponential, DXLaplace, DXSmallDB, Laplace
 from dprivacy.universe import Universe
 from dprivacy.workload import Workload
@@ -15,6 +16,6 @@ from dprivacy.workload import Workload
 __all__ = [
     "LOSSES", "METHODS", "AuditResult", "DXExponential", "DXLaplace", "DXMWEM", "DXSmallDB",
     "Design", "Laplace", "MechanismConfig", "Universe", "Workload", "audit", "data", "design",
-    "errors", "improvement_factor", "metrics", "noise",
+    "errors", "group_privacy_loss", "improvement_factor", "metrics", "noise",
 ]
 __version__ = "0.1.0"
