@@ -15,7 +15,7 @@ generation excluded). Memory: peak bytes traced by ``tracemalloc`` during a sepa
 input frame (total = input + peak of new allocations). Noise uses the fast seeded path
 (``secure=False``) in both systems so that the comparison measures the accounting, not OpenDP.
 
-Run: ``python experiments/bench_kmeans.py`` (10^4..10^6 records) or ``--quick`` (10^3, 10^4).
+Run: ``python -m experiments.bench_kmeans`` (10^4..10^6 records) or ``--quick`` (10^3, 10^4).
 Writes ``experiments/results/bench_kmeans.csv`` and ``.png``.
 """
 
@@ -40,6 +40,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from dprivacy.tables import ProPerTable, Queryable  # noqa: E402
+from experiments import _common as C  # noqa: E402
 
 DIMS, CENTRES, ITERATIONS = 4, 4, 5
 COLS = [f"x{i}" for i in range(DIMS)]
@@ -145,9 +146,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         )
         print(pd.DataFrame(rows[-1:]).to_string(index=False, float_format="%.3f"), flush=True)
     table = pd.DataFrame(rows)
-    args.out.mkdir(parents=True, exist_ok=True)
     stem = "bench_kmeans_quick" if args.quick else "bench_kmeans"
-    table.to_csv(args.out / f"{stem}.csv", index=False)
+    C.write_csv(table, args.out, stem)
     fig, ax = plt.subplots(1, 2, figsize=(10, 4))
     for system, t, m in (("PINQ", "pinq_time_s", "pinq_peak_mb"),
                          ("ProPer", "proper_time_s", "proper_peak_mb")):
@@ -157,8 +157,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ax[1].set(xlabel="records", ylabel="peak memory incl. input (MiB)", title="peak memory")
     for a in ax:
         a.legend()
-    fig.tight_layout()
-    fig.savefig(args.out / f"{stem}.png", dpi=120)
+    C.save_figure(fig, args.out, stem)
     print()
     print(table.to_string(index=False, float_format="%.3f"))
     return table

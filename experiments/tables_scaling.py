@@ -6,7 +6,7 @@ by a Concat of D with SelectMany(4) of E, so s_G = 10·1 + 3·4 = 22. The seed's
 typo (spec §2.2). The measured costs come from the budget agents (a dry run of an ε-query and
 the budget actually taken by a real one), not from the formula.
 
-Run: ``python experiments/tables_scaling.py [--quick]``; writes
+Run: ``python -m experiments.tables_scaling [--quick]``; writes
 ``experiments/results/tables_scaling.csv`` and ``.png``.
 """
 
@@ -23,6 +23,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from dprivacy.tables import Queryable  # noqa: E402
+from experiments import _common as C  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 EXPECTED = {"A": 1, "B": 2, "C": 3, "D": 10, "E": 3, "F": 3, "G": 22}
@@ -62,17 +63,15 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
                      "charged": spent, "measured_s": spent / args.eps})
     table = pd.DataFrame(rows)
     print(table.to_string(index=False, float_format="%.4f"))
-    args.out.mkdir(parents=True, exist_ok=True)
     stem = "tables_scaling_quick" if args.quick else "tables_scaling"
-    table.to_csv(args.out / f"{stem}.csv", index=False)
+    C.write_csv(table, args.out, stem)
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.bar(table["table"], table["measured_s"], label="measured (agents)")
     ax.plot(table["table"], table["expected_s"], "kx", label="paper: s = Σ c_i s_i")
     ax.set_ylabel("scaling factor s (cost of an ε-query / ε)")
     ax.set_title("FW-PINQ scaling factors, Fig. 2-3")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(args.out / f"{stem}.png", dpi=120)
+    C.save_figure(fig, args.out, stem)
     return table
 
 

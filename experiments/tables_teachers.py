@@ -6,7 +6,7 @@ the global budget; under ProPer each individual pays only for the queries that i
 the largest personal spend is 2ε. With disjoint groups both systems spend ε. In general, n
 queries where every record is in at most g of them cost n·ε in PINQ and g·ε in ProPer.
 
-Run: ``python experiments/tables_teachers.py [--quick]``; writes
+Run: ``python -m experiments.tables_teachers [--quick]``; writes
 ``experiments/results/tables_teachers.csv`` and ``.png``.
 """
 
@@ -23,6 +23,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from dprivacy.tables import ProPerTable, Queryable  # noqa: E402
+from experiments import _common as C  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 EPS = 0.1
@@ -88,9 +89,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     table["pinq_in_eps"] = table["pinq_spend"] / EPS
     table["proper_in_eps"] = table["proper_max_spend"] / EPS
     print(table.to_string(index=False, float_format="%.3f"))
-    args.out.mkdir(parents=True, exist_ok=True)
     stem = "tables_teachers_quick" if args.quick else "tables_teachers"
-    table.to_csv(args.out / f"{stem}.csv", index=False)
+    C.write_csv(table, args.out, stem)
     fig, ax = plt.subplots(figsize=(9, 4))
     x = np.arange(len(table))
     ax.bar(x - 0.2, table["pinq_in_eps"], 0.4, label="PINQ (global)")
@@ -99,8 +99,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ax.set_ylabel("budget spent (multiples of ε)")
     ax.set_title("n overlapping ε-queries: PINQ n·ε vs ProPer g·ε")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(args.out / f"{stem}.png", dpi=120)
+    C.save_figure(fig, args.out, stem)
     return table
 
 
