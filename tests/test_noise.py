@@ -28,7 +28,8 @@ def test_secure_laplace_has_the_right_scale(b: float) -> None:
     # mean absolute deviation of Laplace(b) is b
     assert abs(np.abs(z).mean() - b) < 5 * b / np.sqrt(N_VAR)
     # and the whole distribution matches (Kolmogorov-Smirnov)
-    assert stats.kstest(z, stats.laplace(scale=b).cdf).pvalue > 1e-4
+    # (the secure path is unseeded: thresholds are set so that a false alarm is ~1e-6 per run)
+    assert stats.kstest(z, stats.laplace(scale=b).cdf).pvalue > 1e-6
 
 
 def test_secure_laplace_per_entry_scales() -> None:
@@ -133,7 +134,7 @@ def test_exponential_choice_matches_softmax_with_huge_utilities(secure: bool) ->
     )
     assert counts[-1] == 0  # -inf never chosen
     p = _softmax(lw[:-1])
-    assert stats.chisquare(counts[:-1], n * p).pvalue > 1e-4
+    assert stats.chisquare(counts[:-1], n * p).pvalue > 1e-6  # unseeded when secure
 
 
 def test_exponential_choice_minus_inf_and_validation() -> None:
