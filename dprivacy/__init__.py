@@ -5,6 +5,7 @@ privacy loss of moving one record from element i to element j (Definition 2).
 """
 
 from dprivacy import data, errors, metrics, noise
+from dprivacy._version import __version__
 from dprivacy.audit import AuditResult, audit
 from dprivacy.config import MechanismConfig
 from dprivacy.design import LOSSES, METHODS, Design, design, improvement_factor
@@ -16,6 +17,5 @@ from dprivacy.workload import Workload
 __all__ = [
     "LOSSES", "METHODS", "AuditResult", "DXExponential", "DXLaplace", "DXMWEM", "DXSmallDB",
     "Design", "Laplace", "MechanismConfig", "Universe", "Workload", "audit", "data", "design",
-    "errors", "group_privacy_loss", "improvement_factor", "metrics", "noise",
+    "__version__", "errors", "group_privacy_loss", "improvement_factor", "metrics", "noise",
 ]
-__version__ = "0.1.0"

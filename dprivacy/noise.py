@@ -43,17 +43,23 @@ reproducible, by design. For reproducible simulations (experiments, tests) pass
 
 from __future__ import annotations
 
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 import opendp.prelude as dp
+from opendp.mod import GLOBAL_FEATURES
 
 from dprivacy.errors import ValidationError
 
 __all__ = ["resolve_rng", "laplace", "add_laplace", "exponential_choice"]
 
-dp.enable_features("contrib")
+logger = logging.getLogger(__name__)
+_FEATURES_LOCK = threading.Lock()
 
 Rng = np.random.Generator | int | None  # the ``rng`` argument of every random function
 
@@ -107,18 +113,43 @@ def _check_scale(scale: Any, size: int | tuple[int, ...] | None) -> np.ndarray:
         ) from exc
 
 
+@contextmanager
+def _opendp_contrib() -> Iterator[None]:
+    """Enable OpenDP's ``"contrib"`` feature only while our own samplers are *built*.
+
+    OpenDP asks users to opt in to its contrib features (``dp.enable_features("contrib")``), a
+    process-wide switch. dprivacy does not flip it for the whole process at import: it enables
+    the feature around the construction of its two measurements (OpenDP checks features when a
+    measurement is made, not when it is invoked) and restores the previous state afterwards, so
+    a program that never enabled contrib still has it disabled after using dprivacy, and one
+    that did keeps it. Constructions are serialised by a lock.
+    """
+    with _FEATURES_LOCK:
+        already = "contrib" in GLOBAL_FEATURES
+        if not already:
+            dp.enable_features("contrib")
+        try:
+            yield
+        finally:
+            if not already:
+                dp.disable_features("contrib")
+
+
 @lru_cache(maxsize=256)
 def _laplace_measurement(scale: float) -> Any:
     """OpenDP float Laplace measurement on vectors (finest lattice k = -1074), cached per scale."""
-    space = dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.l1_distance(T=float)
-    return dp.m.make_laplace(*space, scale=scale)
+    with _opendp_contrib():
+        space = dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.l1_distance(T=float)
+        logger.debug("building OpenDP Laplace measurement, scale %g", scale)
+        return dp.m.make_laplace(*space, scale=scale)
 
 
 @lru_cache(maxsize=1)
 def _gumbel_max_measurement() -> Any:
     """OpenDP report-noisy-max with Gumbel(1) noise: P(k) ∝ exp(score_k)."""
-    space = dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.linf_distance(T=float)
-    return dp.m.make_noisy_max(*space, dp.zero_concentrated_divergence(), scale=1.0)
+    with _opendp_contrib():
+        space = dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.linf_distance(T=float)
+        return dp.m.make_noisy_max(*space, dp.zero_concentrated_divergence(), scale=1.0)
 
 
 def _secure_add(values: np.ndarray, scales: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Group privacy: the earth-mover bound W_d(x, x') of spec §1.4."""
+"""Group privacy: the earth-mover bound W_d(x, x') (POT), cross-checked against transport LPs."""
 
 from __future__ import annotations
 
@@ -21,6 +21,26 @@ def full_transport(a: np.ndarray, b: np.ndarray, eps: np.ndarray) -> float:
         A[i, i * n:(i + 1) * n] = 1.0
         A[n + i, i::n] = 1.0
     res = linprog(eps.ravel(), A_eq=A, b_eq=np.concatenate([a, b]), bounds=(0, None), method="highs")
+    assert res.status == 0
+    return float(res.fun)
+
+
+def differing_lp(a: np.ndarray, b: np.ndarray, eps: np.ndarray) -> float:
+    """The LP the library used before POT: HiGHS on the differing elements, finite pairs only."""
+    common = np.minimum(a, b)
+    src, dst = np.flatnonzero(a - common > 0), np.flatnonzero(b - common > 0)
+    if src.size == 0:
+        return 0.0
+    cost = eps[np.ix_(src, dst)]
+    rows, cols = np.nonzero(np.isfinite(cost))
+    k, n_var = len(src), rows.size
+    A = np.zeros((k + len(dst), n_var))
+    A[rows, np.arange(n_var)] = 1.0
+    A[k + cols, np.arange(n_var)] = 1.0
+    res = linprog(cost[rows, cols], A_eq=A, b_eq=np.concatenate([(a - common)[src], (b - common)[dst]]),
+                  bounds=(0, None), method="highs")
+    if res.status == 2:
+        return float("inf")
     assert res.status == 0
     return float(res.fun)
 
@@ -79,3 +99,43 @@ def test_infinite_budgets_and_errors():
         group_privacy_loss([1, 0, 0, 0], [1, 1, 0, 0], U, G)
     with pytest.raises(ValidationError):
         group_privacy_loss([1, -1, 0, 0], [0, 0, 0, 0], U, G)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_pot_equals_the_lp_on_random_cases(seed: int) -> None:
+    """Random sizes, real-valued counts, point and graph metrics (with infinite budgets)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(5, 60))
+    x = rng.poisson(2.0, n).astype(float) * rng.choice([1.0, 0.5], n)
+    x2 = rng.permutation(x)
+    if seed % 2 == 0:  # a path graph cut into components: infinite budgets between them
+        cut = set(rng.choice(n - 1, size=3, replace=False).tolist())
+        U = dp.Universe.from_points(np.arange(float(n)).reshape(-1, 1))
+        M = dp.metrics.Graph([(i, i + 1) for i in range(n - 1) if i not in cut])
+        if seed % 4 == 0:  # records move only within their component: a finite bound
+            bounds = [0, *sorted(c + 1 for c in cut), n]
+            x2 = np.concatenate([rng.permutation(x[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)])
+    else:
+        U = dp.Universe.from_points(rng.uniform(0, 100, (n, 2)))
+        M = dp.metrics.Euclidean(rng.uniform(0.01, 1))
+    eps = M.budget(U)
+    got = group_privacy_loss(x, x2, U, M)
+    want = differing_lp(x, x2, eps)
+    if seed % 4 == 0:
+        assert np.isfinite(want)
+    if np.isinf(want):
+        assert np.isinf(got)
+    else:
+        assert got == pytest.approx(want, rel=1e-9, abs=1e-9)
+    if np.all(np.isfinite(eps)) and n <= 30:
+        assert got == pytest.approx(full_transport(x, x2, eps), rel=1e-7, abs=1e-9)
+
+
+def test_separate_components_are_matched_separately() -> None:
+    """Two components, each balanced: the sum of two transports; unbalanced: +inf."""
+    U = dp.Universe.from_points(np.arange(6.0))
+    G = dp.metrics.Graph([(0, 1), (1, 2), (3, 4), (4, 5)])
+    x, x2 = np.array([2, 0, 0, 0, 1, 0]), np.array([0, 1, 1, 1, 0, 0])
+    assert group_privacy_loss(x, x2, U, G) == pytest.approx(4.0)  # 0->1, 0->2 (2) and 4->3
+    assert differing_lp(x, x2, G.budget(U)) == pytest.approx(4.0)
+    assert np.isinf(group_privacy_loss([2, 0, 0, 0, 1, 0], [0, 1, 0, 1, 1, 0], U, G))

@@ -154,3 +154,20 @@ def test_resolve_rng() -> None:
     for bad in ("seed", 1.5, -1, True):
         with pytest.raises(ValidationError):
             noise.resolve_rng(bad)  # type: ignore[arg-type]
+
+
+def test_opendp_contrib_is_scoped_not_process_wide() -> None:
+    """``import dprivacy`` and sampling leave OpenDP's feature switch as the user set it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import opendp.mod as m, dprivacy as d\n"
+        "assert 'contrib' not in m.GLOBAL_FEATURES, 'import enabled contrib'\n"
+        "d.noise.add_laplace([1.0, 2.0], 1.0); d.noise.exponential_choice([0.0, 1.0])\n"
+        "assert 'contrib' not in m.GLOBAL_FEATURES, 'sampling left contrib on'\n"
+        "m.enable_features('contrib'); d.noise.laplace(2.5, size=3)\n"
+        "assert 'contrib' in m.GLOBAL_FEATURES, 'the user opt-in was undone'\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
