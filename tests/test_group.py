@@ -114,7 +114,8 @@ def test_pot_equals_the_lp_on_random_cases(seed: int) -> None:
         M = dp.metrics.Graph([(i, i + 1) for i in range(n - 1) if i not in cut])
         if seed % 4 == 0:  # records move only within their component: a finite bound
             bounds = [0, *sorted(c + 1 for c in cut), n]
-            x2 = np.concatenate([rng.permutation(x[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)])
+            pieces = zip(bounds[:-1], bounds[1:], strict=True)
+            x2 = np.concatenate([rng.permutation(x[lo:hi]) for lo, hi in pieces])
     else:
         U = dp.Universe.from_points(rng.uniform(0, 100, (n, 2)))
         M = dp.metrics.Euclidean(rng.uniform(0.01, 1))
