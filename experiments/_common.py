@@ -15,7 +15,6 @@ queries of every batch (:func:`check_against_design`).
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -43,9 +42,8 @@ T = TypeVar("T")
 
 
 def progress(it: Iterable[T], desc: str, total: int | None = None) -> Iterable[T]:
-    """A tqdm bar on stderr (silenced when DPRIVACY_NO_PROGRESS is set, e.g. in tests)."""
-    return tqdm(it, desc=desc, total=total, leave=False,
-                disable=bool(os.environ.get("DPRIVACY_NO_PROGRESS")))
+    """A tqdm bar on stderr; ``TQDM_DISABLE=1`` in the environment silences it (tqdm reads it)."""
+    return tqdm(it, desc=desc, total=total, leave=False)
 
 
 # --------------------------------------------------------------------------- single queries
