@@ -4,4 +4,5 @@ import sys
 
 from dprivacy.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # importing this module (e.g. by documentation tools) runs nothing
+    sys.exit(main())

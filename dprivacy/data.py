@@ -1,4 +1,4 @@
-"""Shipped datasets and synthetic universes for the paper's experiments (spec §7).
+"""Shipped datasets and synthetic universes for the paper's experiments (paper §4).
 
 * :func:`load_us_cities` — the real-data universe of paper §4.3: US cities with more than 50 000
   inhabitants, from GeoNames (CC BY 4.0), with elevation for the "average elevation of a
@@ -6,11 +6,11 @@
   ``datasets/README.md``.
 * :func:`load_example1` — the binary universe of the paper's Example 1 (Gender, Native, Age).
 * :func:`synthetic_points`, :func:`random_histogram` — the synthetic data of paper §4.1
-  (spec §7.2 P1-P3: N = 1000 distinct points on the grid {1..1000}², a random histogram of n
-  records).
+  (settings P1-P3 of docs/reproduction.md: N = 1000 distinct points on the grid {1..1000}², a
+  random histogram of n records).
 
 Privacy condition: none here; these are inputs. The location metric of paper §4.1/§4.3 is
-``eps_ij = eps * ||p_i - p_j||`` (spec §8.3), built elsewhere from these coordinates.
+``eps_ij = eps * ||p_i - p_j||`` (see docs/theory.md), built elsewhere from these coordinates.
 
 The data files live in the repository's ``datasets/`` folder, which the wheel ships as
 ``dprivacy/_datasets`` (pyproject ``force-include``); editable installs read the folder itself.
@@ -18,6 +18,7 @@ The data files live in the repository's ``datasets/`` folder, which the wheel sh
 
 from __future__ import annotations
 
+import logging
 from functools import cache
 from importlib.resources import files
 from pathlib import Path
@@ -38,6 +39,8 @@ __all__ = [
     "random_histogram",
 ]
 
+logger = logging.getLogger(__name__)
+
 #: Columns of :func:`load_us_cities`, in order.
 US_CITIES_COLUMNS = ("name", "state", "latitude", "longitude", "population", "elevation")
 #: Columns of :func:`load_example1`, in order.
@@ -57,6 +60,7 @@ def dataset_path(name: str) -> Path:
     ]
     for path in candidates:
         if path.is_file():
+            logger.debug("data file %s read from %s", name, path)
             return path
     raise FileNotFoundError(
         f"data file {name!r} not found in {[str(p.parent) for p in candidates]}; "
@@ -103,10 +107,10 @@ def _validate_cities(df: pd.DataFrame, path: Path) -> None:
 def load_us_cities() -> pd.DataFrame:
     """US cities with more than 50 000 inhabitants (GeoNames cities15000, CC BY 4.0).
 
-    Columns (one row per city, sorted by state then name):
-        name (str), state (two-letter code, str), latitude, longitude (decimal degrees, WGS84,
-        float), population (int, GeoNames), elevation (int, metres; GeoNames ``elevation``,
-        else its DEM value).
+    Columns (one row per city, sorted by state then name): name (str), state (two-letter code,
+    str), latitude, longitude (decimal degrees, WGS84, float), population (int, GeoNames),
+    elevation (int, metres; GeoNames ``elevation``, else its DEM value).
+
     Validated on load: no missing values, finite numbers, latitude in [-90, 90], longitude in
     [-180, 180], no duplicate (name, state) or coordinates. Returns a fresh copy each call.
     """
@@ -114,7 +118,7 @@ def load_us_cities() -> pd.DataFrame:
 
 
 def load_example1() -> pd.DataFrame:
-    """The 8-element universe of the paper's Example 1 (spec §8.3), in the paper's order.
+    """The 8-element universe of the paper's Example 1 (eq. (3)), in the paper's order.
 
     Columns: label (``"MYA"`` ...), gender (M/F), native (Y/N), age (A/B). Row k is element
     k + 1 of ``MYA, MYB, MNA, MNB, FYA, FYB, FNA, FNB`` (gender varies slowest), the order of
@@ -142,7 +146,8 @@ def synthetic_points(
 ) -> np.ndarray:
     """N distinct points drawn uniformly without replacement from the grid {1..grid}².
 
-    Paper §4.1 / Fig 2a with spec §7.2 placeholders P1 (N = 1000) and P3 (grid 1000).
+    Paper §4.1 / Fig 2a with the settings P1 (N = 1000) and P3 (grid 1000) of docs/reproduction.md
+    (the paper does not give them).
     Returns an (N, 2) float array of integer-valued coordinates. Raises ValidationError when
     N > grid² (not enough distinct grid points).
     """
@@ -165,7 +170,8 @@ def random_histogram(
 ) -> np.ndarray:
     """A random histogram of n records over N elements: multinomial(n, uniform over N).
 
-    Paper §4.1 ("a random histogram with n records"); spec §7.2 P2 (n is irrelevant at w = 1).
+    Paper §4.1 ("a random histogram with n records"); setting P2 of docs/reproduction.md (n is
+    irrelevant at w = 1).
     Returns an int64 array of shape (N,) summing to n.
     """
     N = _positive_int(N, "N")  # noqa: N806
