@@ -1,18 +1,18 @@
 """Shared computation of Fig 4 and Fig 5: Blowfish threshold metrics on synthetic points (§4.4).
 
-Data of paper §4.1 (N points on a grid, spec §7.2 P1/P3), random U[0, 1] single queries, the
-d_X Laplace mechanism with w = 1 and the closed form beta* (spec §3.8), squared loss.  Metrics
-(spec §8.3): ``BlowfishThreshold(theta, eps, rule, smooth)`` with rule "A" (secret graph of pairs
-within theta + shortest-path closure) or "B" (already metrics), smooth=False = d_theta^1,
-smooth=True = d_theta^2.
+Data of paper §4.1 (N points on a grid, settings P1/P3 of docs/reproduction.md), random U[0, 1]
+single queries, the d_X Laplace mechanism with w = 1 and the closed form beta* (paper §4.1),
+squared loss. Metrics (paper §4.4): ``BlowfishThreshold(theta, eps, rule, smooth)`` with rule "A"
+(secret graph of pairs within theta + shortest-path closure) or "B" (already metrics), smooth=False
+= d_theta^1, smooth=True = d_theta^2.
 
 Two baselines (column ``baseline``), both the Laplace mechanism with the histogram sensitivity
-Delta f = max_i f_i - min_i f_i (spec §3.1):
+Delta f = max_i f_i - min_i f_i (Definition 4):
 
 * ``"eps_min"``: the eps_min-DP Laplace, eps_min = min_{i != j} d_theta(i, j) of the metric.  It is
   the only eps'-DP Laplace that is d_X-private for d_theta, so it is the private alternative; it
   is the baseline of paper §4.1 (whose IF "does not depend on eps", which holds only if the
-  baseline budget scales with the metric, spec §3.9).
+  baseline budget scales with the metric; docs/theory.md).
 * ``"eps"``: the eps-DP Laplace with the Blowfish parameter eps itself, the budget of one secret
   pair, i.e. what Blowfish privacy calibrates against.  For d^1 eps_min = eps as soon as one
   pair lies within theta, so the two baselines coincide; for d^2 eps_min = eps delta_min / theta
@@ -20,7 +20,7 @@ Delta f = max_i f_i - min_i f_i (spec §3.1):
   comparison scale, not a private alternative, and IF < 1 is possible (IF_eps = IF_eps_min *
   eps_min / eps).
 
-What the paper's prose (S0, symbols stripped) says, and why it does not decide the baseline:
+What the paper's prose (the surviving text, symbols stripped) says, and why it does not decide the baseline:
   §4.4 "Our base method for comparison is the [stripped]-differentially private Laplace
   mechanism."  §4.4 "We consider the same data, single linear queries, mechanism ([d_X]-private
   Laplace) and performance measure (squared loss) used in Section 4.1."  §4.1 "Notice that IF does
@@ -28,13 +28,13 @@ What the paper's prose (S0, symbols stripped) says, and why it does not decide t
   to [eps]."  The symbol naming the baseline's budget is stripped in both places.  θ values, ε
   values and the query count are stripped too: "(for different values of [θ] and [ε])", "Then we
   fix [stripped], and for each random query ([stripped] in total)", "for lower threshold values
-  (e.g. [stripped])"; so θ and ε here are the spec's placeholders (P8).  Even the metric order in
+  (e.g. [stripped])"; so θ and ε here are the settings P8 of docs/reproduction.md.  Even the metric order in
   the Fig 5 sentence is stripped ("the improvement factor under [ ] is better than under [ ]");
-  T9's "IF(d^1) > IF(d^2)" is the spec's reading.
+  T9's "IF(d^1) > IF(d^2)" is this project's reading.
 
 RMSE is analytic, not sampled: a Laplace variable of scale b has RMSE sqrt(2) b, so the d_X
 mechanism has RMSE sqrt(2) / beta* and the eps'-DP baseline sqrt(2) Delta f / eps' (eps' = eps_min
-or eps).  Both are exact expectations (w = 1, no bias).  IF = RMSE_baseline / RMSE_dX (spec §3.9).
+or eps).  Both are exact expectations (w = 1, no bias).  IF = RMSE_baseline / RMSE_dX (paper §4.1).
 Privacy condition of every design: beta* |f_i - f_j| <= d_theta(i, j) for every constrained pair.
 """
 
@@ -53,7 +53,7 @@ COLUMNS = ["rule", "metric", "baseline", "theta", "eps", "eps_min", "query", "no
            "baseline_scale", "IF", "rmse_dx", "rmse_baseline"]
 #: The two baselines: the eps_min-DP Laplace (d_X-private) and the eps-DP Laplace (Blowfish eps).
 BASELINES = ("eps_min", "eps")
-#: spec §7.2 P8 placeholders {5, 10, 20, 50} grid units, extended by 100 and 200 to show large theta.
+#: settings P8 (docs/reproduction.md): {5, 10, 20, 50} grid units, plus 100 and 200 to show large theta.
 THETAS = (5.0, 10.0, 20.0, 50.0, 100.0, 200.0)
 EPS = (0.1, 1.0)
 

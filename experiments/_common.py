@@ -3,7 +3,7 @@
 Every script exposes ``run(quick, seed, outdir) -> pandas.DataFrame``, prints its table, and
 writes ``<name>.csv`` and ``<name>.png`` under ``outdir`` (default ``experiments/results/``).
 
-The single-query improvement factor (spec §3.8-§3.9) is computed for a whole batch of queries at
+The single-query improvement factor (paper §4.1; docs/theory.md) is computed for a whole batch of queries at
 once: with w = 1 the optimal precision of query k is ``beta*_k = 1 / c_k`` where
 ``c_k = max_ij |F_ki - F_kj| / eps_ij`` (its Lipschitz constant w.r.t. d_X), and
 ``IF_k = beta*_k * Delta f_k / eps_min``.  Privacy condition: ``beta_k |F_ki - F_kj| <= eps_ij`` for
@@ -48,18 +48,18 @@ def progress(it: Iterable[T], desc: str, total: int | None = None) -> Iterable[T
 
 # --------------------------------------------------------------------------- single queries
 def lipschitz(F: np.ndarray, U: dp.Universe, M: Metric) -> np.ndarray:
-    """c_k = max_ij |F_ki - F_kj| / eps_ij per row (spec §3.8), by a blocked scan of all pairs."""
+    """c_k = max_ij |F_ki - F_kj| / eps_ij per row (paper §4.1), by a blocked scan of all pairs."""
     cs = M.constraint_set(U)
     c, _, _ = cs.row_lipschitz(np.asarray(F, dtype=float), memory_bytes=SCAN_BYTES)
     return c
 
 
 def single_query_if(F: np.ndarray, U: dp.Universe, M: Metric) -> pd.DataFrame:
-    """Closed-form design of every row of F as its own single query (w = 1, spec §3.8).
+    """Closed-form design of every row of F as its own single query (w = 1, paper §4.1).
 
     Returns one row per query with ``noise_scale`` = 1/beta* (designed Laplace scale),
-    ``baseline_scale`` = Delta f / eps_min (the eps_min-DP Laplace baseline, spec §3.1) and
-    ``IF`` = their ratio (spec §3.9; >= 1 always).
+    ``baseline_scale`` = Delta f / eps_min (the eps_min-DP Laplace baseline, Definition 4) and
+    ``IF`` = their ratio (the paper's improvement factor; >= 1 always).
     """
     F = np.atleast_2d(np.asarray(F, dtype=float))
     c = lipschitz(F, U, M)

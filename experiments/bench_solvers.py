@@ -2,10 +2,11 @@
 
 Universes: N random points in the unit square with the Euclidean metric eps_ij = ||p_i - p_j||
 (dense budget matrix up to N = 5000, a block oracle beyond), and the attribute-weighted metric on
-binary attributes {0,1}^d (d = round(log2 N), so N' = 2^d) given by its Hamming-graph edges
-(spec §8.2, §9.2). Queries: i.i.d. uniform [0, 1] coefficients. Every (metric, N, m) cell runs in
-its own subprocess; ``peak_rss_mb`` is that process's ru_maxrss after the method ran (cumulative
-over the methods run before it in the cell, an honest upper bound on the method's own peak).
+binary attributes {0,1}^d (d = round(log2 N), so N' = 2^d) given by its Hamming-graph edges (paper
+Appendix C; docs/theory.md, "Graph metrics need only their edges"). Queries: i.i.d. uniform [0, 1]
+coefficients. Every (metric, N, m) cell runs in its own subprocess; ``peak_rss_mb`` is that
+process's ru_maxrss after the method ran (cumulative over the methods run before it in the cell, an
+honest upper bound on the method's own peak).
 
 Privacy condition of every design measured: sum_k u_k |F_ki - F_kj| <= eps_ij on all pairs
 (``max_ratio`` column, from the full verification scan).

@@ -1,11 +1,12 @@
 """The "average elevation of a US resident's house" query on the US cities (paper §4.3).
 
 Query coefficients are the city elevations (metres): f(x) = sum_i elev_i x_i, divided by the public
-n for the average (dividing by n changes neither the design nor IF, spec §3.9).  x_i is the
-population of city i (spec §7.1, reconstructed).  The design is the closed form of spec §3.8:
-beta* = min_ij eps_ij / |elev_i - elev_j|; IF = beta* * range(elev) / eps_min.  Elevation varies
-smoothly in space, so IF is large (T4: "particularly well"; the spec's guess: tens).  For context the
-same table gives the IF of random U[0, 1] queries on the same universe and the query's percentile.
+n for the average (dividing by n changes neither the design nor IF; docs/theory.md). x_i is the
+population of city i (the paper's §4.3 does not say; this project's reading). The design is the
+closed form of paper §4.1: beta* = min_ij eps_ij / |elev_i - elev_j|; IF = beta* * range(elev) /
+eps_min. Elevation varies smoothly in space, so IF is large (T4: "particularly well"; tens
+expected). For context the same table gives the IF of random U[0, 1] queries on the same universe
+and the query's percentile.
 Privacy condition: beta* |elev_i - elev_j| <= eps_ij for every pair of cities.
 
 Run:  python -m experiments.elevation_query [--quick] [--seed S]

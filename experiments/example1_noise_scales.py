@@ -4,7 +4,7 @@ Universe: the 8 elements MYA, MYB, MNA, MNB, FYA, FYB, FNA, FNB (Gender M/F, Nat
 The value Native = Y is sensitive with budget eps_Y; every other value has eps' > eps_Y.  The metric
 is ``ValueWeighted`` with the min rule of eq. (3) (the paper's) and, for contrast, the max rule
 (paper §5: it "breaks the requirement").  Each query is designed on its own with the closed form of
-spec §3.8 (noise scale = max_ij |f_i - f_j| / d_ij).  Target T10 (spec §7.2, §3.8 cross-check):
+paper §4.1 (noise scale = max_ij |f_i - f_j| / d_ij).  Target T10 (docs/reproduction.md):
 Y -> 1/eps_Y; the non-sensitive M and MA -> 1/eps'; MYA -> 1/eps_Y; under the max rule Y -> 1/eps'.
 The eps_min-DP baseline gives every query 1/eps_Y.
 Privacy condition of every design: beta* |f_i - f_j| <= d(chi_i, chi_j) for all pairs.

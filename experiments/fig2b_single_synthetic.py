@@ -1,9 +1,9 @@
 """Fig 2b: improvement factor of random single linear queries on synthetic points (paper §4.1).
 
-Setup (spec §7.1, placeholders §7.2 P1-P7): N = 1000 distinct points drawn from the grid
+Setup (paper §4.1; settings P1-P7 of docs/reproduction.md): N = 1000 distinct points drawn from the grid
 {1..1000}², metric eps_ij = eps * ||p_i - p_j||_2, 1000 random queries with i.i.d. U[0, 1]
-coefficients, w = 1 and the closed-form beta* of spec §3.8, for eps in {0.1, 1}.
-IF = (Delta f / eps_min) / (1 / beta*) (spec §3.9); it must be >= 1 and independent of eps (T5).
+coefficients, w = 1 and the closed-form beta* of paper §4.1, for eps in {0.1, 1}.
+IF = (Delta f / eps_min) / (1 / beta*) (paper §4.1); it must be >= 1 and independent of eps (T5).
 Privacy condition of every design: beta* |f_i - f_j| <= eps_ij for all pairs.
 
 Run:  python -m experiments.fig2b_single_synthetic [--quick] [--seed S]

@@ -4,15 +4,16 @@ Same points and metric as Fig 2b (N = 1000 points on the grid {1..1000}², eps_i
 ||p_i - p_j||_2).  For each m and matrix type (i.i.d. U[0, 1] entries = Fig 2c, i.i.d. {0, 1}
 entries = Fig 2d) random matrices are designed by:
 
-* Strategy 1 ``equal_split``   — beta_k = (1/m) min_ij eps_ij / |F_ki - F_kj| (spec §6.2);
+* Strategy 1 ``equal_split``   — beta_k = (1/m) min_ij eps_ij / |F_ki - F_kj| (paper §4.2);
 * Strategy 2 ``uniform``       — one beta for all, min_ij eps_ij / Delta_ij F;
-* Strategy 3 ``budget_sharing`` — Algorithm 3 (spec §6.3);
-* ``exact`` with loss="log"    — the convex optimum of max sum_k log beta_k (spec §9.1), i.e. the
-  best achievable geometric-mean IF; every strategy must stay at or below it.
+* Strategy 3 ``budget_sharing`` — Algorithm 3 (paper §4.2);
+* ``exact`` with loss="log"    — the convex optimum of max sum_k log beta_k (docs/theory.md: the
+  design problem is convex in u = w·beta), i.e. the best achievable geometric-mean IF; every
+  strategy must stay at or below it.
 
-IF(F) = (Delta F / eps_min) * (prod_k beta_k)^(1/m) (spec §3.10); averaged over the matrices.
+IF(F) = (Delta F / eps_min) * (prod_k beta_k)^(1/m) (paper §4.2); averaged over the matrices.
 Privacy condition of every design (Theorem 1): sum_k beta_k |F_ki - F_kj| <= eps_ij for all pairs.
-Placeholders (spec §7.2 P6): m = 1..10; the full run uses 10 matrices per (type, m) instead of the
+Settings (P6 of docs/reproduction.md): m = 1..10; the full run uses 10 matrices per (type, m) instead of the
 placeholder's 100 to keep ``run_all`` under ten minutes (quick: N = 120, m in {1, 2, 4}, 2 matrices).
 
 Run:  python -m experiments.fig2cd_multi_strategies [--quick] [--seed S]

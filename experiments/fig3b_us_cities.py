@@ -3,9 +3,9 @@
 The universe is the shipped list of 810 US cities above 50 000 inhabitants (GeoNames; the paper
 used 741 simplemaps cities, so the numbers differ: see datasets/README.md).  Metrics: the geodesic
 distance eps_ij = eps_per_km * dist_km(i, j) (sphere model) at eps_per_km in {0.01, 0.1}, and the
-paper's reading, eps_ij = ||(lon, lat)_i - (lon, lat)_j||_2 in degrees (spec §7.1).  1000 random
-queries with i.i.d. U[0, 1] coefficients; w = 1 and the closed-form beta* (spec §3.8).
-Targets (spec §7.2): T2 mean IF between 2 and 3, T3 max IF > 7.5, T5 IF >= 1 and eps-invariant.
+paper's reading, eps_ij = ||(lon, lat)_i - (lon, lat)_j||_2 in degrees (paper §4.3).  1000 random
+queries with i.i.d. U[0, 1] coefficients; w = 1 and the closed-form beta* (paper §4.1).
+Targets (docs/reproduction.md): T2 mean IF between 2 and 3, T3 max IF > 7.5, T5 IF >= 1 and eps-invariant.
 Privacy condition of every design: beta* |f_i - f_j| <= eps_ij for all pairs of cities.
 
 Run:  python -m experiments.fig3b_us_cities [--quick] [--seed S]

@@ -10,7 +10,7 @@ NOT d_X-private for d^2 when eps_min < eps).  The paper (§4.4) says only "Our b
 comparison is the [symbol stripped]-differentially private Laplace mechanism".  All RMSEs are
 analytic (exact expectations of Laplace noise, no bias at w = 1), not simulated; ``rmse_dx`` does
 not depend on the baseline.
-Target T8 (spec §7.2): RMSE rises with theta; d^2 gives a higher error than d^1 at equal theta;
+Target T8 (docs/reproduction.md): RMSE rises with theta; d^2 gives a higher error than d^1 at equal theta;
 "the results under both metrics are roughly the same".
 Privacy condition of every design: beta* |f_i - f_j| <= d_theta(i, j) for every constrained pair.
 

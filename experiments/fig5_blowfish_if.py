@@ -1,7 +1,7 @@
 """Fig 5: distribution of the improvement factor under the Blowfish threshold metrics (§4.4).
 
 Per query: IF = (Delta f / eps') / (1 / beta*) for the d_X Laplace mechanism with the closed-form
-beta* (spec §3.8-§3.9), for both threshold readings A and B, d_theta^1 and d_theta^2, several theta
+beta* (paper §4.1), for both threshold readings A and B, d_theta^1 and d_theta^2, several theta
 and two eps, against two baselines (column ``baseline``, see experiments/_blowfish.py):
 "eps_min" (eps' = eps_min of the metric: the d_X-private eps'-DP Laplace; IF >= 1 always) and
 "eps" (eps' = the Blowfish eps: a comparison scale, not d_X-private for d^2 when eps_min < eps;
@@ -10,7 +10,7 @@ eps', scale linearly in eps).  Paper (§4.4, symbols stripped): "Then we fix [ ]
 random query ([ ] in total), we compute the improvement factor ... for higher threshold values the
 distributions under both metrics are roughly similar, but for lower threshold values (e.g. [ ]),
 the improvement factor under [ ] is better than under [ ]."
-Target T9 (spec §7.2): IF similar at high theta; at low theta IF under d^1 > IF under d^2.
+Target T9 (docs/reproduction.md): IF similar at high theta; at low theta IF under d^1 > IF under d^2.
 Privacy condition of every design: beta* |f_i - f_j| <= d_theta(i, j) for every constrained pair.
 
 Run:  python -m experiments.fig5_blowfish_if [--quick] [--seed S]

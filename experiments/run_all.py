@@ -4,7 +4,7 @@ Run:  python -m experiments.run_all [--quick] [--seed S] [--outdir DIR] [--only 
 (also ``dprivacy reproduce --all [--quick]``).  Each experiment prints its table and writes
 ``<name>.csv`` / ``<name>.png`` (to experiments/results/, or experiments/results/quick/ with
 --quick, so quick runs never overwrite the full results); this script adds ``targets.csv`` and
-``targets.md`` (the table of spec §7.2's targets next to what was measured) and
+``targets.md`` (the paper's targets, docs/reproduction.md, next to what was measured) and
 ``run_all_times.csv`` (wall time per experiment) to the output folder.
 """
 
@@ -76,7 +76,7 @@ def run_all(quick: bool = False, seed: int = 0, outdir: Path | None = None,
     pd.DataFrame({"experiment": list(seconds), "seconds": list(seconds.values())}).to_csv(
         outdir / "run_all_times.csv", index=False)
     if echo:
-        print(f"\n== targets (spec §7.2) ==\n{targets.to_markdown(tg)}")
+        print(f"\n== targets (docs/reproduction.md) ==\n{targets.to_markdown(tg)}")
         print(f"\ntotal {sum(seconds.values()):.1f} s ({mode}); results in {outdir}")
     return Outcome(results, tg, seconds)
 

@@ -1,4 +1,4 @@
-"""ProPer on live data: the query-rate bound b·f/(l·ε) (002 P-II §8; spec PINQ_PROPER.md §6.6, §9 row 11).
+"""ProPer on live data: the query-rate bound b·f/(l·ε) (ProPer, POPL'15 §8).
 
 The claim (informal, "future work" in the seed): for a stream with flow rate f, queue size l and
 per-record budget b, ε-DP queries issued at a rate below (b × f)/(l × ε) are all answered "without

@@ -1,10 +1,11 @@
-"""The scaling-factor example of FW-PINQ: s = A1 B2 C3 D10 E3 F3 G22 (002 P-I §4.2, Fig. 2-3).
+"""The scaling-factor example of FW-PINQ: s = A1 B2 C3 D10 E3 F3 G22 (FW-PINQ §4.2, Fig. 2-3).
 
 A is the input; A→B has stability 2 (GroupBy), A→C stability 3 (SelectMany(3)), B→D stability 5
 (SelectMany(5)); C is partitioned into E and F; G combines D (stability 1) and E (stability 4)
-by a Concat of D with SelectMany(4) of E, so s_G = 10·1 + 3·4 = 22. The seed's "C | 1" is a
-typo (spec §2.2). The measured costs come from the budget agents (a dry run of an ε-query and
-the budget actually taken by a real one), not from the formula.
+by a Concat of D with SelectMany(4) of E, so s_G = 10·1 + 3·4 = 22. The published table's
+"C | 1" is a typo (E = F = 3 and G = 22 need s_C = 3). The measured costs come from the budget
+agents (a dry run of an ε-query and the budget actually taken by a real one), not from the
+formula.
 
 Run: ``python -m experiments.tables_scaling [--quick]``; writes
 ``experiments/results/tables_scaling.csv`` and ``.png``.

@@ -1,4 +1,4 @@
-"""Teachers / Managers / Headmasters: PINQ spends 3ε, ProPer 2ε (002 P-II §6.2, Fig. 4).
+"""Teachers / Managers / Headmasters: PINQ spends 3ε, ProPer 2ε (ProPer, POPL'15 §6.2, Fig. 4).
 
 Every person holds at most two roles; the three role queries overlap pairwise but never all
 three. PINQ cannot use parallel composition on overlapping groups, so three ε-queries cost 3ε of

@@ -1,4 +1,4 @@
-"""The paper's reproduction targets T1-T10 (spec §7.2) checked against the experiments' outputs.
+"""The paper's reproduction targets T1-T10 (docs/reproduction.md) checked against the experiments' outputs.
 
 :func:`compare` takes the DataFrames returned by the experiments' ``run`` functions (keyed by
 experiment name) and returns one row per target: what the paper reports, what was measured here,
@@ -47,7 +47,7 @@ def _cities(r: Mapping[str, pd.DataFrame]) -> list[dict]:
         g = e[e.metric == "geodesic"].iloc[0]
         u = e[e.metric == "euclidean_lonlat"].iloc[0]
         out.append({"target": "T4", "what": "real data: IF of the elevation query",
-                    "paper": "'particularly well' (number stripped; spec guess: tens)",
+                    "paper": "'particularly well' (number lost; tens expected)",
                     "measured": f"{g.IF:.1f} geodesic, {u.IF:.1f} Euclidean (lon, lat); above "
                                 f"{g.percentile:.0f}% of random queries (their max {g.random_max_IF:.2f})",
                     "status": _ok(g.percentile == 100 and g.IF >= 10)})
