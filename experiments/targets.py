@@ -113,7 +113,7 @@ def _t8(df: pd.DataFrame, base: str) -> dict:
         w = g.pivot_table(index=["theta", "eps"], columns="metric", values="rmse_dx")
         ratio = w["d2"] / w["d1"]
         same = (ratio <= T8_SAME_FACTOR) & (ratio >= 1 / T8_SAME_FACTOR)
-        same_th = sorted({th for (th, _), ok in same.items() if ok})
+        same_th = sorted(set(same[same].index.get_level_values("theta").tolist()))
         b = g.pivot_table(index="theta", columns="metric", values="rmse_baseline", aggfunc="mean")
         b_rise = {m: float(b[m].iloc[-1] / b[m].iloc[0]) for m in ("d1", "d2")}
         below = {m: int((s.rmse_dx <= s.rmse_baseline * (1 + 1e-12)).sum())
