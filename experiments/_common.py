@@ -27,6 +27,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 import dprivacy as dp  # noqa: E402
@@ -37,6 +38,8 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 QUICK_DIR = RESULTS_DIR / "quick"
 #: Memory budget of the blocked pair scans (4 workers share the machine).
 SCAN_BYTES = 2**26
+#: Resolution of every figure the scripts write (dots per inch).
+DPI = 120
 
 T = TypeVar("T")
 
@@ -148,13 +151,31 @@ def write_csv(df: pd.DataFrame, outdir: Path, name: str) -> Path:
 
 
 def save_figure(fig: plt.Figure, outdir: Path, name: str) -> Path:
+    """Write ``<name>.png`` at the common resolution :data:`DPI` and close the figure.
+
+    Figures made with ``layout="constrained"`` (e.g. for a legend outside the axes) keep their
+    layout; the others get ``tight_layout``.
+    """
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     path = outdir / f"{name}.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return path
+
+
+def integer_ticks(axis) -> None:  # noqa: ANN001
+    """Counts get whole-number ticks (``ax.yaxis`` or ``ax.xaxis``)."""
+    axis.set_major_locator(MaxNLocator(integer=True))
+
+
+def legend_outside(fig: plt.Figure, ax: plt.Axes, ncols: int = 2) -> None:
+    """One legend below the axes, so that it can never hide data (needs a constrained layout)."""
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=ncols, fontsize=8,
+               frameon=False)
 
 
 def if_histogram(values: np.ndarray, title: str, outdir: Path, name: str,
@@ -165,6 +186,7 @@ def if_histogram(values: np.ndarray, title: str, outdir: Path, name: str,
     ax.axvline(1.0, color="k", lw=0.8, ls="--")
     ax.set_xlabel(xlabel)
     ax.set_ylabel("number of queries")
+    integer_ticks(ax.yaxis)
     ax.set_title(title, fontsize=10)
     return save_figure(fig, outdir, name)
 

@@ -251,30 +251,47 @@ def print_table(df) -> None:  # noqa: ANN001
 
 
 def plot(df, path: Path) -> None:  # noqa: ANN001
+    """Seconds against N per (metric, m) panel; one colour per method in every panel and one
+    legend for the figure (outside the panels); x ticks at the benchmarked sizes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
     done = df[df.get("seconds").notna()] if "seconds" in df else df.iloc[:0]
     metrics = sorted(done.metric.unique())
     ms = sorted(done.m.unique())
-    fig, axes = plt.subplots(len(metrics), len(ms), figsize=(4.2 * len(ms), 3.4 * len(metrics)),
-                             squeeze=False)
+    methods = sorted(done.method.unique())
+    cmap = plt.get_cmap("tab10")
+    style = {meth: (cmap(k % 10), "os^Dv<>ph*"[k % 10]) for k, meth in enumerate(methods)}
+    fig, axes = plt.subplots(len(metrics), len(ms), figsize=(4.2 * len(ms), 3.3 * len(metrics) + 0.8),
+                             squeeze=False, layout="constrained")
     for a, metric in enumerate(metrics):
         for b, m in enumerate(ms):
             ax = axes[a][b]
             sub = done[(done.metric == metric) & (done.m == m)]
             for method, g in sub.groupby("method"):
-                ax.loglog(g.N, g.seconds, "o-", label=method)
-            ax.set_title(f"{metric}, m = {m}")
-            ax.set_xlabel("N")
+                color, marker = style[method]
+                ax.loglog(g.N, g.seconds, "-", marker=marker, color=color, label=method)
+            sizes = sorted(sub.N.unique())
+            ax.xaxis.set_major_locator(FixedLocator(sizes))
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+            ax.xaxis.set_minor_formatter(NullFormatter())
+            ax.tick_params(axis="x", labelrotation=30, labelsize=8)
+            ax.set_title(f"{metric}, m = {m}", fontsize=10)
+            ax.set_xlabel("N (universe size)")
             ax.set_ylabel("seconds")
-            ax.grid(True, which="both", alpha=0.3)
-            ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-
+            ax.grid(True, which="major", alpha=0.3)
+    handles = [plt.Line2D([], [], color=style[k][0], marker=style[k][1], label=k) for k in methods]
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(methods), 9),
+               fontsize=8, frameon=False)
+    try:  # one resolution for every figure of the experiments
+        from experiments._common import DPI
+    except ImportError:  # run as a script: experiments/ is sys.path[0]
+        from _common import DPI  # type: ignore[no-redef]
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
 
 if __name__ == "__main__":
     raise SystemExit(main())

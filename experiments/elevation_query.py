@@ -63,16 +63,18 @@ def run(quick: bool = False, seed: int = 0, outdir: Path = C.RESULTS_DIR) -> pd.
 
 
 def _plot(df: pd.DataFrame, rand_if: dict, outdir: Path) -> None:
-    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    fig, ax = plt.subplots(figsize=(5.5, 3.9), layout="constrained")
     r = df.iloc[0]
     v = rand_if[(r.metric, r.eps)]
-    ax.hist(v, bins=30, color="#3a6ea5", edgecolor="white", label="random U[0,1] queries")
+    bins = np.geomspace(v.min(), v.max(), 31)  # equal widths on the log axis
+    ax.hist(v, bins=bins, color="#3a6ea5", edgecolor="white", label="random U[0,1] queries")
     ax.axvline(r.IF, color="#c0392b", lw=2, label=f"elevation query, IF = {r.IF:.1f}")
     ax.set_xscale("log")
     ax.set_xlabel("improvement factor IF (log scale)")
     ax.set_ylabel("number of queries")
+    C.integer_ticks(ax.yaxis)
     ax.set_title(f"Elevation query vs random queries ({r.metric} metric)", fontsize=10)
-    ax.legend(fontsize=8)
+    C.legend_outside(fig, ax)
     C.save_figure(fig, outdir, NAME)
 
 

@@ -76,7 +76,7 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
 
 def _plot(df: pd.DataFrame, outdir: Path, N: int) -> None:
     t = summarize(df)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharey=True, layout="constrained")
     for ax, kind, title in zip(axes, ("uniform", "binary"), ("Fig 2c: U[0,1] entries",
                                                                "Fig 2d: {0,1} entries"), strict=True):
         s = t[t.matrix == kind]
@@ -84,9 +84,10 @@ def _plot(df: pd.DataFrame, outdir: Path, N: int) -> None:
             ax.plot(s.m, s[method], marker=marker, label=LABELS[method])
         ax.axhline(1.0, color="k", lw=0.8, ls="--")
         ax.set_xlabel("number of queries m")
+        C.integer_ticks(ax.xaxis)
         ax.set_title(f"{title} (N = {N})", fontsize=10)
     axes[0].set_ylabel("mean geometric-mean IF")
-    axes[1].legend(fontsize=8)
+    C.legend_outside(fig, axes[1], ncols=4)
     C.save_figure(fig, outdir, NAME)
 
 

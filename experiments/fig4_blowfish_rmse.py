@@ -26,6 +26,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib.ticker import NullFormatter
 
 from experiments import _blowfish as B
 from experiments import _common as C
@@ -58,7 +59,9 @@ def run(quick: bool = False, seed: int = 0, outdir: Path = C.RESULTS_DIR) -> pd.
 def _plot(df: pd.DataFrame, outdir: Path) -> None:
     """Rows: readings A, B; columns: the two baselines; solid = d_X Laplace, dashed = baseline."""
     eps_list = sorted(df.eps.unique())
-    fig, axes = plt.subplots(2, len(B.BASELINES), figsize=(11, 7.4), sharex=True, sharey="row")
+    fig, axes = plt.subplots(2, len(B.BASELINES), figsize=(11, 8), sharex=True, sharey="row",
+                             layout="constrained")
+    thetas = sorted(df.theta.unique())
     for r, rule in enumerate(("A", "B")):
         for c, base in enumerate(B.BASELINES):
             ax = axes[r][c]
@@ -73,10 +76,12 @@ def _plot(df: pd.DataFrame, outdir: Path) -> None:
                             label=f"baseline for {metric}, eps={eps:g}")
             ax.set_xscale("log")
             ax.set_yscale("log")
+            ax.set_xticks(thetas, [f"{t:g}" for t in thetas])
+            ax.xaxis.set_minor_formatter(NullFormatter())
             ax.set_xlabel("theta (grid units)")
             ax.set_ylabel("mean RMSE")
             ax.set_title(f"reading {rule}: {_TITLES[base]}", fontsize=8.5)
-    axes[0][0].legend(fontsize=6.5, ncol=2)
+    C.legend_outside(fig, axes[0][0], ncols=4)
     fig.suptitle("Fig 4: mean RMSE of random single queries (analytic), Blowfish threshold metrics",
                  fontsize=10)
     C.save_figure(fig, outdir, NAME)

@@ -24,12 +24,15 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
 from experiments import _blowfish as B
 from experiments import _common as C
 
 NAME = "fig5_blowfish_if"
 COLUMNS = ["rule", "metric", "baseline", "theta", "eps", "query", "IF"]
+_YTICKS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 1.5, 2, 3, 5, 10, 20, 50, 100)
+_YTICKS_DECADES = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100)
 _TITLES = {"eps_min": "baseline eps_min-DP Laplace (d_X-private)",
            "eps": "baseline eps-DP Laplace (Blowfish eps; not d_X-private for d2)"}
 
@@ -46,7 +49,8 @@ def _plot(df: pd.DataFrame, outdir: Path) -> None:
     """Rows: readings A, B; columns: the two baselines; boxes per theta, d1 blue, d2 red."""
     d = df[df.eps == df.eps.min()]
     thetas = sorted(d.theta.unique())
-    fig, axes = plt.subplots(2, len(B.BASELINES), figsize=(11, 7.4), sharey="col")
+    fig, axes = plt.subplots(2, len(B.BASELINES), figsize=(11, 7.8), sharey="col",
+                             layout="constrained")
     for r, rule in enumerate(("A", "B")):
         for c, base in enumerate(B.BASELINES):
             ax = axes[r][c]
@@ -56,7 +60,7 @@ def _plot(df: pd.DataFrame, outdir: Path) -> None:
                 data = [sel[sel.theta == th].IF for th in thetas]
                 pos = [k + off for k in range(len(thetas))]
                 bp = ax.boxplot(data, positions=pos, widths=0.3, patch_artist=True,
-                                showfliers=False)
+                                showfliers=False, medianprops={"color": "black"})
                 for box in bp["boxes"]:
                     box.set_facecolor(color)
                 ax.plot([], [], color=color, lw=6, label=metric)
@@ -66,7 +70,13 @@ def _plot(df: pd.DataFrame, outdir: Path) -> None:
             ax.set_xlabel("theta (grid units)")
             ax.set_ylabel("improvement factor IF (log)")
             ax.set_title(f"reading {rule}: {_TITLES[base]}", fontsize=8.5)
-    axes[0][0].legend(fontsize=8)
+    for ax in axes.ravel():  # plain numbers on the log axis, at readable values
+        lo, hi = ax.get_ylim()
+        ticks = _YTICKS if hi / lo < 10 else _YTICKS_DECADES
+        ax.yaxis.set_major_locator(FixedLocator([t for t in ticks if lo <= t <= hi]))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+    C.legend_outside(fig, axes[0][0], ncols=2)
     fig.suptitle(f"Fig 5: IF per random query (eps = {d.eps.min():g}; IF is eps-invariant)",
                  fontsize=10)
     C.save_figure(fig, outdir, NAME)
