@@ -28,6 +28,7 @@ import numpy as np
 
 from dprivacy.design import Design
 from dprivacy.errors import ConfigError, ConfigMismatchError, ValidationError
+from dprivacy.fingerprints import ENCODING
 from dprivacy.mechanisms.exponential import DXExponential
 from dprivacy.mechanisms.laplace import DXLaplace
 from dprivacy.mechanisms.mwem import DXMWEM
@@ -39,7 +40,11 @@ if TYPE_CHECKING:
     from dprivacy.universe import Universe
 
 SCHEMA = "dprivacy.mechanism-config"
-VERSION = 1
+#: The version this dprivacy writes; it reads every version in READABLE.
+VERSION = 2
+READABLE = (1, 2)
+#: Fingerprints of version-1 configs (pandas' CSV writer, budget bytes): read, never written.
+LEGACY_ENCODING = "dprivacy-fp-1"
 KINDS: dict[str, type] = {"laplace": DXLaplace, "exponential": DXExponential,
                           "smalldb": DXSmallDB, "mwem": DXMWEM}
 #: Mechanism parameters beyond (w, beta) that each kind stores.
@@ -93,14 +98,19 @@ def _metric_params(metric: Metric) -> dict[str, Any]:
     return {"params": json.loads(text)}
 
 
-def _identity_parts(universe: Universe, metric: Metric, workload: Workload) -> dict[str, Any]:
+def _identity_parts(universe: Universe, metric: Metric, workload: Workload,
+                    encoding: str = ENCODING) -> dict[str, Any]:
     """Fingerprint builders per part, in checking order (each computed only when needed)."""
+    legacy = encoding == LEGACY_ENCODING
     return {
-        "universe": lambda: {"N": universe.N, "fingerprint": universe.fingerprint()},
+        "universe": lambda: {"N": universe.N, "fingerprint": universe.legacy_fingerprint_v1()
+                             if legacy else universe.fingerprint()},
         "metric": lambda: {"name": metric.name, **_metric_params(metric),
-                           "fingerprint": metric.fingerprint(universe)},
+                           "fingerprint": metric.legacy_fingerprint_v1(universe) if legacy
+                           else metric.fingerprint(universe)},
         "workload": lambda: {"m": workload.m, "N": workload.N,
-                             "fingerprint": workload.fingerprint()},
+                             "fingerprint": workload.legacy_fingerprint_v1() if legacy
+                             else workload.fingerprint()},
     }
 
 
@@ -145,6 +155,7 @@ class MechanismConfig:
     report: dict
     params: dict
     identity: dict
+    encoding: str = field(default=ENCODING, compare=False)
     _bound: tuple | None = field(default=None, repr=False, compare=False)
 
     # ------------------------------------------------------------ building
@@ -193,7 +204,8 @@ class MechanismConfig:
     # ------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
         """The JSON document (strict JSON; floats lossless)."""
-        return {"schema": SCHEMA, "version": VERSION, "kind": self.kind,
+        return {"schema": SCHEMA, "version": VERSION, "fingerprint_encoding": ENCODING,
+                "kind": self.kind,
                 "design": {"w": to_json(self.w), "beta": to_json(self.beta),
                            "method": self.method, "loss": self.loss,
                            "objective": to_json(self.objective), "report": to_json(self.report)},
@@ -229,9 +241,15 @@ class MechanismConfig:
             raise ConfigError("a mechanism config is a JSON object")
         if doc.get("schema") != SCHEMA:
             raise ConfigError(f"schema = {doc.get('schema')!r}: not a {SCHEMA!r} file")
-        if doc.get("version") != VERSION:
-            raise ConfigError(f"unknown config version {doc.get('version')!r}: this dprivacy reads "
-                              f"version {VERSION}; upgrade dprivacy or re-export the config")
+        version = doc.get("version")
+        if isinstance(version, bool) or version not in READABLE:
+            raise ConfigError(f"unknown config version {_short(version)}: this dprivacy reads "
+                              f"versions {', '.join(map(str, READABLE))}; upgrade dprivacy or "
+                              "re-export the config")
+        encoding = LEGACY_ENCODING if version == 1 else doc.get("fingerprint_encoding")
+        if encoding != ENCODING and encoding != LEGACY_ENCODING:
+            raise ConfigError(f"unknown fingerprint encoding {_short(encoding)}: this dprivacy "
+                              f"reads {ENCODING!r}; upgrade dprivacy or re-export the config")
         try:
             kind, d = doc["kind"], doc["design"]
             w, beta = _float_array(d["w"], "w"), _float_array(d["beta"], "beta")
@@ -250,7 +268,7 @@ class MechanismConfig:
             raise ConfigError(f"w {w.shape} and beta {beta.shape} must be vectors of one length")
         return cls(kind=kind, w=_ro(w), beta=_ro(beta), method=method, loss=loss,
                    objective=float(objective), report=from_json(report),
-                   params=from_json(params), identity=identity)
+                   params=from_json(params), identity=identity, encoding=encoding)
 
     @classmethod
     def load(cls, path: str | os.PathLike, universe: Universe, metric: Metric,
@@ -279,7 +297,7 @@ class MechanismConfig:
     # ------------------------------------------------------------ verification
     def check_inputs(self, workload: Workload, universe: Universe, metric: Metric) -> None:
         """Raise :class:`ConfigMismatchError` naming the first input that differs."""
-        parts = _identity_parts(universe, metric, workload)
+        parts = _identity_parts(universe, metric, workload, self.encoding)
         keys = {"universe": ("N", "fingerprint"),
                 "metric": ("name", "params", "params_sha256", "fingerprint"),
                 "workload": ("m", "N", "fingerprint")}

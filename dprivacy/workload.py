@@ -17,6 +17,7 @@ import scipy.sparse as sp
 from scipy.spatial.distance import cdist
 
 from dprivacy.errors import ShapeError, ValidationError
+from dprivacy.fingerprints import Hasher, matrix_bytes
 from dprivacy.noise import resolve_rng
 from dprivacy.universe import Universe
 
@@ -24,7 +25,11 @@ from dprivacy.universe import Universe
 def _as_matrix(F) -> np.ndarray | sp.csr_array:
     A: np.ndarray | sp.csr_array
     if sp.issparse(F):
-        A = sp.csr_array(F, dtype=float)  # type: ignore[call-overload]  # stubs: no sparse + dtype form
+        # our own copy (csr_array(F) alone may share F's arrays): the caller's later writes to
+        # F.data / F.indices / F.indptr change nothing here
+        A = sp.csr_array(F, dtype=float, copy=True)  # type: ignore[call-overload]
+        A.sum_duplicates()
+        A.sort_indices()
         data = A.data
     else:
         try:
@@ -73,6 +78,9 @@ class Workload:
         A = _as_matrix(self.F)
         if isinstance(A, np.ndarray):
             A.setflags(write=False)
+        else:
+            for arr in (A.data, A.indices, A.indptr):
+                arr.setflags(write=False)
         object.__setattr__(self, "F", A)
         if self.names is not None:
             names = tuple(str(n) for n in self.names)
@@ -155,7 +163,16 @@ class Workload:
         return best
 
     def fingerprint(self) -> str:
-        """sha256 of F (shape and values, dense little-endian float64)."""
+        """sha256 of F's shape and values (canonical CSR bytes: the same for a dense and a sparse
+        F with equal values; see :mod:`dprivacy.fingerprints`). Computed once (F is frozen)."""
+        cached = self.__dict__.get("_fingerprint")
+        if cached is None:
+            cached = Hasher("workload").add(matrix_bytes(self.F)).hexdigest()
+            self.__dict__["_fingerprint"] = cached
+        return cached
+
+    def legacy_fingerprint_v1(self) -> str:
+        """The fingerprint of config version 1 (dense bytes); only to read old configs."""
         h = hashlib.sha256()
         h.update(repr(self.shape).encode())
         h.update(np.ascontiguousarray(self.dense(), dtype="<f8").tobytes())

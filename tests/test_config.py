@@ -132,7 +132,8 @@ def test_malformed_files_are_refused(inputs, configs, tmp_path):
         "empty": "",
         "array": "[1, 2, 3]",
         "schema": good.replace(SCHEMA, "something.else"),
-        "version": good.replace('"version": 1', '"version": 2'),
+        "version": good.replace('"version": 2', '"version": 99'),
+        "encoding": good.replace('"dprivacy-fp-2"', '"dprivacy-fp-99"'),
         "kind": good.replace('"kind": "laplace"', '"kind": "gaussian"'),
         "w_type": good.replace('"w": [', '"w": ["one", '),
     }
@@ -142,7 +143,9 @@ def test_malformed_files_are_refused(inputs, configs, tmp_path):
         with pytest.raises(ConfigError) as info:
             MechanismConfig.load(p, U, M, W)
         assert not isinstance(info.value, ConfigMismatchError), name
-    with pytest.raises(ConfigError, match="unknown config version 2"):
+    with pytest.raises(ConfigError, match="unknown fingerprint encoding"):
+        MechanismConfig.load(tmp_path / "encoding.json", U, M, W)
+    with pytest.raises(ConfigError, match="unknown config version 99"):
         MechanismConfig.load(tmp_path / "version.json", U, M, W)
     with pytest.raises(ConfigError, match="cannot read"):
         MechanismConfig.load(tmp_path / "missing.json", U, M, W)

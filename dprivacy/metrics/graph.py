@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dprivacy.errors import ShapeError, ValidationError
+from dprivacy.fingerprints import Hasher, canonical_json
 from dprivacy.metrics.base import Metric, shortest_path_closure, validate_budget
 from dprivacy.universe import Universe
 
@@ -43,6 +44,11 @@ class Graph(Metric):
 
     def params(self) -> dict:
         return {"edge_list": [list(map(str, e)) for e in self.edge_list], "eps": float(self.eps)}
+
+    def _fingerprint_data(self, universe: Universe) -> list[bytes | str]:
+        # params() prints the ends as text; here an index 0 and a label "0" differ
+        return [canonical_json([[type(v).__name__ if k < 2 else "w", v]
+                                for e in self.edge_list for k, v in enumerate(e)])]
 
     def edges(self, universe: Universe):
         labels = None
@@ -105,6 +111,14 @@ class Matrix(Metric):
 
     def params(self) -> dict:
         return {"shape": list(self.eps.shape), "strict": self.strict}
+
+    def _fingerprint_data(self, universe: Universe) -> list[bytes | str]:
+        digest = self.__dict__.get("_digest")
+        if digest is None:
+            digest = Hasher("matrix").add(np.ascontiguousarray(self.eps, "<f8").tobytes())
+            digest = digest.hexdigest()
+            self.__dict__["_digest"] = digest
+        return [digest]
 
     def _check_universe(self, universe: Universe) -> None:
         if self.eps.shape[0] != universe.N:
