@@ -204,8 +204,11 @@ class MechanismConfig:
     # ------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
         """The JSON document (strict JSON; floats lossless)."""
-        return {"schema": SCHEMA, "version": VERSION, "fingerprint_encoding": ENCODING,
-                "kind": self.kind,
+        head: dict[str, Any] = {"schema": SCHEMA, "version": VERSION,
+                                "fingerprint_encoding": ENCODING}
+        if self.encoding == LEGACY_ENCODING:  # an unbound version-1 config stays version 1
+            head = {"schema": SCHEMA, "version": 1}
+        return {**head, "kind": self.kind,
                 "design": {"w": to_json(self.w), "beta": to_json(self.beta),
                            "method": self.method, "loss": self.loss,
                            "objective": to_json(self.objective), "report": to_json(self.report)},
@@ -325,9 +328,12 @@ class MechanismConfig:
             mech = _build(self.kind, workload, d, universe, metric, dict(self.params))
         except ValidationError as exc:
             raise ConfigError(f"config parameters are invalid for {self.kind}: {exc}") from exc
-        return MechanismConfig(**{f.name: getattr(self, f.name) for f in fields(self)
-                                  if f.name != "_bound"},
-                               _bound=(workload, universe, metric, mech))
+        same = {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in ("_bound", "identity", "encoding")}
+        # verified against these inputs: from now on the config carries today's fingerprints
+        # (a version-1 file re-saved is written in the current version)
+        return MechanismConfig(**same, identity=_identity(universe, metric, workload),
+                               encoding=ENCODING, _bound=(workload, universe, metric, mech))
 
     def design(self) -> Design:
         """The Design (with the constraint set of the bound universe and metric)."""

@@ -11,9 +11,9 @@ Values are encoded one by one, each as a one-byte tag and a payload:
   same bytes (1 == 1.0), -0.0 is 0.0; integers beyond 2**53 use ``I`` + their decimal digits;
 * ``B`` + one byte: booleans;
 * ``S`` + 8-byte length + UTF-8: strings;
-* ``O`` + 8-byte length + UTF-8 of ``type name:str(value)``: anything else (dates, ...).
-
-Missing values (NaN, None, NaT) have no encoding: universes refuse them in key columns.
+* ``O`` + 8-byte length + UTF-8 of ``type name:str(value)``: anything else (dates, ...);
+* ``M`` + eight zero bytes: a missing value (NaN, None, pandas NA or NaT), whatever its kind
+  (universes refuse them in key columns; other columns may hold them).
 
 Examples
 --------
@@ -46,7 +46,12 @@ def _frame(b: bytes) -> bytes:
     return struct.pack("<Q", len(b)) + b
 
 
+_MISSING = b"M" + bytes(8)
+
+
 def _value_bytes(v: Any) -> bytes:
+    if v is None or v is pd.NA or v is pd.NaT:
+        return _MISSING
     if isinstance(v, (bool, np.bool_)):
         return b"B" + (b"\x01" if v else b"\x00")
     if isinstance(v, (int, np.integer)):
@@ -55,20 +60,18 @@ def _value_bytes(v: Any) -> bytes:
             str(i).encode())
     if isinstance(v, (float, np.floating)):
         f = float(v)
-        if math.isnan(f):
-            raise ValueError("NaN has no canonical encoding")
-        return b"N" + struct.pack("<d", f + 0.0)
+        return _MISSING if math.isnan(f) else b"N" + struct.pack("<d", f + 0.0)
     if isinstance(v, str):
         return b"S" + _frame(v.encode("utf-8"))
-    if v is None or v is pd.NaT:
-        raise ValueError("a missing value has no canonical encoding")
     return b"O" + _frame(f"{type(v).__name__}:{v}".encode())
 
 
 def _numeric_bytes(a: np.ndarray) -> bytes:
+    v = a.astype("<f8")
+    nan = np.isnan(v)
     out = np.empty(a.shape[0], dtype=_TAGGED)
-    out["t"] = b"N"
-    out["v"] = a.astype("<f8") + 0.0
+    out["t"] = np.where(nan, b"M", b"N")
+    out["v"] = np.where(nan, 0.0, v + 0.0)  # one NaN whatever its bits; -0.0 is 0.0
     return out.tobytes()
 
 

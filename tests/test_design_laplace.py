@@ -228,3 +228,38 @@ def test_privacy_loss_dense_and_sparse_workloads():
         for i, j in [(0, 1), (1, 3), (2, 0)]:
             assert mech.privacy_loss(i, j) == pytest.approx(np.sum(u * np.abs(F[:, i] - F[:, j])))
             assert mech.privacy_loss(i, j) <= M.budget(U)[i, j] * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("sparse", [True, False])
+def test_mutating_inputs_after_verification_changes_nothing_released(sparse):
+    """The caller's arrays (coordinates, element budgets, a dense or sparse F) are copied at the
+    boundary: editing them after the design is verified changes no release and no check."""
+    import scipy.sparse as sp
+
+    from dprivacy.config import MechanismConfig
+
+    coords = np.array([[0.0], [1.0], [3.0], [4.0]])
+    e = np.array([1.0, 2.0, 1.0, 3.0])
+    dense = np.array([[0.0, 1.0, 2.0, 0.0], [1.0, 0.0, 0.0, 3.0]])
+    F = sp.csr_array(dense.copy()) if sparse else dense
+    U, M, W = dp.Universe.from_points(coords), metrics.ElementWise(e), dp.Workload(F)
+    d = dp.design(W, U, M, method="uniform")
+    mech = dp.DXLaplace(W, d, universe=U, metric=M)
+    cfg = MechanismConfig.from_mechanism(mech, U, M)
+    x = np.array([3, 1, 4, 1])
+    acc = dp.Accountant(total=3)
+    y1 = mech.release(x, rng=7, secure=False, accountant=acc)
+    fps = (U.fingerprint(), M.fingerprint(U), W.fingerprint())
+    coords *= 100.0
+    e[:] = 1e6
+    if sparse:
+        F.data[:] = 1e-6
+        F.indices[:] = 0
+    else:
+        F[:] = 1e-6
+    y2 = mech.release(x, rng=7, secure=False, accountant=acc)
+    np.testing.assert_array_equal(y1, y2)
+    assert (U.fingerprint(), M.fingerprint(U), W.fingerprint()) == fps
+    again = cfg.bind(W, U, M).to_mechanism()  # re-verified against the frozen inputs
+    assert again.max_ratio_ == mech.max_ratio_
+    np.testing.assert_array_equal(again.release(x, rng=7, secure=False, accountant=acc), y1)
