@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -263,3 +264,27 @@ def test_mutating_inputs_after_verification_changes_nothing_released(sparse):
     again = cfg.bind(W, U, M).to_mechanism()  # re-verified against the frozen inputs
     assert again.max_ratio_ == mech.max_ratio_
     np.testing.assert_array_equal(again.release(x, rng=7, secure=False, accountant=acc), y1)
+
+
+def test_if_leaves_out_queries_with_zero_weight_and_says_so():
+    """A query with w = 0 is answered by 0 (plus meaningless noise): its beta says nothing, so
+    it is left out of the mean (before: IF ~ 1e12), like a query answered exactly."""
+    from dprivacy.design import ImprovementFactorWarning
+
+    U = dp.Universe.from_points(np.array([[0.0], [1.0], [3.0]]))
+    M = metrics.Euclidean(1.0)
+    W = dp.Workload([[0.0, 1.0, 2.0], [1.0, 0.0, 0.0], [0.0, 0.0, 5.0]])
+    d = dp.Design([0.5, 0.0, 1.0], [0.4, 1e12, np.inf], constraints=M.constraint_set(U))
+    dF, e = W.sensitivity(), M.eps_min(U)
+    with pytest.warns(ImprovementFactorWarning, match=r"1 with w = 0 .*queries 1\).* 1 answered "
+                                                       r"exactly .*queries 2\)"):
+        geo = dp.improvement_factor(W, U, M, d)
+    assert geo == pytest.approx(0.4 * dF / e)
+    per = dp.improvement_factor(W, U, M, d, per_query=True)
+    assert per[0] == pytest.approx(0.4 * dF / e) and np.isnan(per[1]) and np.isinf(per[2])
+    silent = dp.Design([0.0, 0.0, 0.0], [1e12, 1.0, 1.0], constraints=M.constraint_set(U))
+    with pytest.warns(ImprovementFactorWarning, match="3 with w = 0"):
+        assert np.isnan(dp.improvement_factor(W, U, M, silent))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing left out: no warning
+        dp.improvement_factor(W, U, M, dp.Design([1.0, 1.0, 1.0], [0.1, 0.1, 0.1]))
