@@ -1,7 +1,7 @@
-"""The data universe X = {chi_1, ..., chi_N} (spec §1.1) and histograms of records over it.
+"""The data universe X = {chi_1, ..., chi_N} (paper §2.1) and histograms of records over it.
 
 A :class:`Universe` is an ordered table of N distinct elements.  Each element is a complete tuple of
-attribute values (spec §1.1, "every element is a complete tuple") and/or a point with coordinates.
+attribute values ("every element is a complete tuple") and/or a point with coordinates.
 Records (rows of a pandas DataFrame) are mapped to elements through the universe's *key columns*,
 and a database of n records becomes the histogram x in N^N with ||x||_1 = n.
 """
@@ -286,7 +286,7 @@ class Universe:
         return idx
 
     def histogram(self, records: pd.DataFrame, on_unknown: OnUnknown = "raise") -> np.ndarray:
-        """Counts of records per element: the histogram x with ||x||_1 = n (spec §1.1).
+        """Counts of records per element: the histogram x with ||x||_1 = n (paper §2.1).
 
         With ``on_unknown="drop"`` unknown records are dropped; their number is available as
         ``len(records) - x.sum()``.

@@ -1,4 +1,4 @@
-"""Workloads: the query matrix F (m x N) of m linear queries, and its builders (spec §1.1, §2).
+"""Workloads: the query matrix F (m x N) of m linear queries, and its builders (paper §2, Definition 3).
 
 Query k answers <F_k, x> on a histogram x.  Under bounded neighbours (one record moves from chi_i to
 chi_j) the generalised sensitivity of the pair is Delta_ij F = sum_k |F_ki - F_kj| and the global
@@ -182,7 +182,7 @@ class Workload:
     @classmethod
     def random_uniform(cls, m: int, N: int, low: float = 0.0, high: float = 1.0,  # noqa: N803
                        rng=None) -> Workload:
-        """m queries with i.i.d. U[low, high) coefficients (spec §7.2 P5)."""
+        """m queries with i.i.d. U[low, high) coefficients (as in the paper's §4 experiments)."""
         _check_mn(m, N)
         return cls(resolve_rng(rng).uniform(low, high, size=(m, N)))
 
@@ -223,7 +223,7 @@ class Workload:
         """All k-way marginals over ``attributes`` (default: the key attributes).
 
         One counting query per attribute subset S (|S| = k) and per value combination of S:
-        it counts the records whose attributes in S take those values (spec §8.2).
+        it counts the records whose attributes in S take those values (paper Appendix C).
         """
         attrs = list(attributes) if attributes is not None else list(universe.key_columns)
         missing = [a for a in attrs if a not in universe.elements.columns]

@@ -2,7 +2,7 @@
 
 A linear utility is given as a matrix ``U`` (a :class:`Workload` of shape (R, N)): row r holds the
 per-record contribution of each element to output r, ``u(x, r) = sum_i U[r, i] x_i``.  With the
-per-output rescaling ``w`` (spec §4: "for a generic u, w is simply a rescaling of u"),
+per-output rescaling ``w`` (for a generic u, w is simply a rescaling of u),
 ``u_w(x, r) = w_r u(x, r)`` and the mechanism outputs r with probability ∝ exp(beta u_w(x, r) / 2).
 
 Privacy condition (Theorem 3): beta * max_r w_r |U_ri - U_rj| <= eps_ij for every constrained pair.
@@ -142,7 +142,7 @@ class DXExponential:
         beta = np.inf if L == 0 else 1.0 / L
         if beta == 0:
             raise ValidationError("a pair with eps_ij = 0 is separated by the utility: no "
-                                  "positive beta is private (merge the elements, spec §9.3)")
+                                  "positive beta is private (merge the elements)")
         d = as_design(W, 1.0, beta, method="exponential_optimal", report={"lipschitz": L},
                       constraints=cs)
         return cls(W, d, universe=universe, metric=metric)

@@ -1,9 +1,9 @@
 """The d_X-private Laplace mechanism, eq. (5), and its eps-DP baseline (Definition 4).
 
-M(x) = (w ⊙ F) x + (Y_1, ..., Y_m), Y_k ~ Lap(1 / beta_k) independent (spec §3.4).
+M(x) = (w ⊙ F) x + (Y_1, ..., Y_m), Y_k ~ Lap(1 / beta_k) independent.
 
 Privacy condition (Theorem 1): sum_k beta_k w_k |F_ki - F_kj| <= eps_ij for every constrained pair.
-Proof sketch (spec §3.5): the density ratio of neighbouring outputs is a product over k of
+Proof sketch (Theorem 1): the density ratio of neighbouring outputs is a product over k of
 exp(beta_k (|w_k<F_k,x'> - z_k| - |w_k<F_k,x> - z_k|)) <= exp(sum_k beta_k w_k |F_ki - F_kj|) by the
 triangle inequality.  The answer is not divided by w (it is biased when w != 1; Theorem 2).
 """
@@ -118,7 +118,7 @@ class DXLaplace:
 class Laplace(DXLaplace):
     """The eps-DP Laplace baseline (Definition 4): every query gets Lap(Delta F / eps).
 
-    It is d_X-private for a metric only with eps = eps_min (spec §3.1); build that case with
+    It is d_X-private for a metric only with eps = eps_min (Definition 4); build that case with
     :meth:`for_metric`.  Same code path as :class:`DXLaplace` with w = 1, beta = eps / Delta F.
     Privacy condition: beta * Delta_ij F <= eps for all pairs, i.e. beta * Delta F <= eps.
     """

@@ -88,6 +88,7 @@ class DXMWEM:
                                               THEOREM_7)
         setup_accounting(self)
         self._Fw = design.w[:, None] * workload.dense()
+        self._Fw.setflags(write=False)
 
     def _scale(self) -> np.ndarray:
         """2 T beta w_f per query: the per-row multiplier of Theorem 7 (0 where w_f = 0)."""
@@ -155,7 +156,7 @@ class DXMWEM:
     @classmethod
     def from_solver(cls, workload, universe: Universe, metric: Metric, n: int, *,
                     T: int | None = None) -> DXMWEM:
-        """T and beta of spec §5.2 via :func:`solvers.mwem_params` (T* unless T is given)."""
+        """T and beta of Algorithm 2 / Theorem 7 via :func:`solvers.mwem_params` (T* unless T is given)."""
         W, d = solved_design(workload, universe, metric, solvers.mwem_params, n, T=T)
         return cls(W, d, T=int(d.report["T"]), universe=universe, metric=metric)
 

@@ -57,7 +57,7 @@ def synthetic_size(m: int, alpha: float) -> int:
 
 
 def check_unit_queries(workload: Workload, w: np.ndarray) -> None:
-    """Algorithms 1-2 take queries f in [0, 1]^N and w_f in [0, 1] (spec §5, §9.3)."""
+    """Algorithms 1-2 take queries f in [0, 1]^N and w_f in [0, 1] (Algorithms 1 and 2)."""
     F = workload.dense()
     if F.min() < 0 or F.max() > 1:
         raise ValidationError(f"queries must lie in [0, 1]^N (got coefficients in [{F.min():.6g}, "
@@ -127,6 +127,7 @@ class DXSmallDB:
                                               THEOREM_5)
         setup_accounting(self)
         self._Fw = design.w[:, None] * workload.dense()  # (m, N) rows f_w
+        self._Fw.setflags(write=False)
         self._cache: np.ndarray | None = None
 
     def _scale(self) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Metrics on attribute universes and per-element budgets (paper §1, §5, Example 1; spec §8.3).
+"""Metrics on attribute universes and per-element budgets (paper §1, §5, Example 1).
 
 * :class:`AttributeWeighted`: d(x, x') = sum_k eps_k 1[x_k != x'_k] (the introduction's metric).
 * :class:`ValueWeighted`: per-value budgets eps_{k,a} combined by the min rule of eq. (3)
@@ -7,8 +7,7 @@
 * :class:`Discrete`: eps for every distinct pair, i.e. plain eps-DP.
 
 The first two are sums of per-attribute metrics, i.e. shortest-path metrics of the Hamming graph,
-so on a full cartesian-product universe their edges (pairs differing in one attribute) suffice
-(spec §9.2).
+so on a full cartesian-product universe their edges (pairs differing in one attribute) suffice.
 """
 
 from __future__ import annotations
@@ -238,7 +237,7 @@ class ValueWeighted(Metric):
 
 @dataclass(frozen=True, repr=False)
 class ElementWise(Metric):
-    """d(chi_i, chi_j) = (eps_i + eps_j) / 2 for i != j (element-level budgets, spec §8.3).
+    """d(chi_i, chi_j) = (eps_i + eps_j) / 2 for i != j (element-level budgets).
 
     ``eps`` is an array of length N, a mapping from element label to budget, or the name of a
     numeric column of the universe's elements.  More sensitive elements get a lower eps_i.

@@ -1,4 +1,4 @@
-"""The metric base class, budget validation and the shortest-path closure (spec §1.3, §9.3).
+"""The metric base class, budget validation and the shortest-path closure (Definition 2).
 
 A metric d_X on the universe defines the privacy budget eps_ij = d_X(chi_i, chi_j) of every pair.
 It must satisfy eps_ii = 0, eps_ij = eps_ji >= 0 and eps_ij <= eps_ik + eps_kj (Definition 2).
@@ -33,7 +33,7 @@ class ClosureWarning(UserWarning):
 
 
 def shortest_path_closure(eps: np.ndarray) -> np.ndarray:
-    """The shortest-path closure d-bar of a non-negative symmetric matrix (spec §9.3).
+    """The shortest-path closure d-bar of a non-negative symmetric matrix.
 
     d-bar is the largest metric below ``eps``; +inf entries are non-edges and zero entries are
     kept as zero-weight edges.  Any mechanism that is d-bar-private is also eps-private.
@@ -210,7 +210,8 @@ class Metric(ABC):
     def edges(self, universe: Universe) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """For graph-type metrics, an edge list (i, j, eps_ij) whose shortest-path metric is d_X.
 
-        Constraining the edges then implies every pair constraint (spec §9.2).  None otherwise.
+        Constraining the edges then implies every pair constraint (a shortest-path metric is
+        fixed by its edges).  None otherwise.
         """
         return None
 
@@ -230,9 +231,9 @@ class Metric(ABC):
             universe.N, lambda rows: checked_budget(self, lambda: self.block(universe, rows)))
 
     def eps_min(self, universe: Universe) -> float:
-        """min over distinct pairs with positive budget: the baseline's eps (spec §3.1).
+        """min over distinct pairs with positive budget: the baseline's eps (Definition 4).
 
-        Zero-distance pairs are indistinguishable elements (a quotient, spec §9.3) and are left
+        Zero-distance pairs are indistinguishable elements (a quotient) and are left
         out; infinite pairs are unconstrained.
         """
         cs = self.constraint_set(universe) if universe.N > DENSE_LIMIT else None

@@ -1,4 +1,4 @@
-"""Graph shortest-path metrics and user-supplied budget matrices (spec §8.3, §9.2, §9.3).
+"""Graph shortest-path metrics and user-supplied budget matrices.
 
 :class:`Graph` is the Blowfish / social-network construction: d = infinity except on the edges of
 a (discriminative secret) graph, closed under shortest paths.  :class:`Matrix` takes any budget
@@ -25,7 +25,7 @@ class Graph(Metric):
 
     ``edges`` is a sequence of ``(i, j)`` or ``(i, j, eps_ij)`` with element indices (or element
     labels, see :meth:`Universe.labels`); ``eps`` is the weight of edges given without one.
-    Only the edges need to be constrained by the solvers (spec §9.2).  Elements in different
+    Only the edges need to be constrained by the solvers.  Elements in different
     components are at distance +inf (no constraint).
     """
 
