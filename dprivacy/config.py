@@ -240,6 +240,14 @@ class MechanismConfig:
     @classmethod
     def from_dict(cls, doc: Any) -> MechanismConfig:
         """Parse a config document (structure only; no input check: use :meth:`load`)."""
+        try:
+            return cls._from_dict(doc)
+        except RecursionError as exc:
+            raise ConfigError("the config is nested too deeply to be a mechanism config "
+                              "(corrupted or hostile file)") from exc
+
+    @classmethod
+    def _from_dict(cls, doc: Any) -> MechanismConfig:
         if not isinstance(doc, dict):
             raise ConfigError("a mechanism config is a JSON object")
         if doc.get("schema") != SCHEMA:
@@ -294,6 +302,9 @@ class MechanismConfig:
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{str(path)!r} is not valid JSON (truncated or corrupted?): "
                               f"{exc}") from exc
+        except RecursionError as exc:
+            raise ConfigError(f"{str(path)!r} is nested too deeply to be a mechanism config "
+                              "(corrupted or hostile file)") from exc
         cfg = cls.from_dict(doc)
         return cfg.bind(workload, universe, metric)
 

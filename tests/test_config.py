@@ -255,3 +255,20 @@ def test_golden_configs_keep_loading(tmp_path):
         with pytest.raises(ConfigMismatchError):
             MechanismConfig.load(GOLDEN / f"{name}.json", U, M,
                                  dp.Workload(W.dense() * 2))
+
+
+def test_deeply_nested_files_are_config_errors(inputs, configs, tmp_path):
+    U, M, W = inputs
+    p = tmp_path / "deep.json"
+    p.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        MechanismConfig.load(p, U, M, W)
+    doc = configs["laplace"].to_dict()
+    deep: dict = {}
+    cur = deep
+    for _ in range(50_000):
+        cur["a"] = {}
+        cur = cur["a"]
+    doc["design"]["report"] = deep
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        MechanismConfig.from_dict(doc)
