@@ -286,8 +286,22 @@ def _brute_attribute_budget(U, weights):
     return out
 
 
+def _brute_value_budget(U, budgets):
+    el = U.elements
+    n = U.N
+    out = np.zeros((n, n))
+    for i in range(n):
+        for j in range(n):
+            for a, per in budgets.items():
+                va, vb = el[a].iloc[i], el[a].iloc[j]
+                if va != vb:
+                    out[i, j] += (per[va] + per[vb]) / 2
+    return out
+
+
+@pytest.mark.parametrize("kind", ["attribute", "value"])
 @pytest.mark.parametrize("full", [True, False])
-def test_weights_on_a_non_key_column_are_exact(full):
+def test_weights_on_a_non_key_column_are_exact(full, kind):
     """A weighted non-key column: the budget is exactly the sum over the weighted attributes and
     every pair is constrained (before: Hamming edges over the wrong grid, beta = inf)."""
     U0 = Universe.from_domains({"a": [0, 1, 2], "b": ["x", "y"]})
@@ -296,12 +310,18 @@ def test_weights_on_a_non_key_column_are_exact(full):
     if not full:
         el = el.iloc[[0, 1, 2, 4, 5]].reset_index(drop=True)
     U = Universe(el, ("a", "b"))
-    weights = {"a": 2.0, "b": 1.0, "region": 0.5}
-    M = metrics.AttributeWeighted(weights)
-    brute = _brute_attribute_budget(U, weights)
-    np.testing.assert_array_equal(M.budget(U), brute)
+    if kind == "attribute":
+        weights = {"a": 2.0, "b": 1.0, "region": 0.5}
+        M = metrics.AttributeWeighted(weights)
+        brute = _brute_attribute_budget(U, weights)
+    else:
+        budgets = {"a": {0: 1.0, 1: 2.0, 2: 4.0}, "b": {"x": 1.0, "y": 3.0},
+                   "region": {"north": 0.5, "south": 0.25}}
+        M = metrics.ValueWeighted(budgets, rule="hub")
+        brute = _brute_value_budget(U, budgets)
+    np.testing.assert_allclose(M.budget(U), brute, rtol=1e-15)
     assert M.edges(U) is None
-    np.testing.assert_array_equal(M.block(U, np.array([1, 3])), brute[[1, 3]])
+    np.testing.assert_allclose(M.block(U, np.array([1, 3])), brute[[1, 3]], rtol=1e-15)
     from dprivacy import design
 
     W = Workload((el["region"] == "north").astype(float).to_numpy()[None, :])
@@ -314,7 +334,7 @@ def test_weights_on_a_non_key_column_are_exact(full):
                 assert d.beta[0] * abs(F[i] - F[j]) <= brute[i, j] * (1 + 1e-9)
     # the column changes the fingerprint (it determines the budget)
     el2 = el.copy()
-    el2["region"] = "same"
+    el2["region"] = "north"
     assert M.fingerprint(Universe(el2, ("a", "b"))) != M.fingerprint(U)
     el2.loc[0, "region"] = None
     with pytest.raises(ValidationError, match="'region' has missing values"):
