@@ -335,3 +335,26 @@ def test_every_readme_python_block_runs(tmp_path: Path, monkeypatch: pytest.Monk
     for k, code in enumerate(blocks):
         exec(compile(code, f"README.md block {k}", "exec"), {})  # noqa: S102 (our own README)
     assert (tmp_path / "budgets.sqlite").is_file() and (tmp_path / "people.sqlite").is_file()
+
+
+@pytest.mark.parametrize("disable", ["", "1"])
+def test_progress_bar_on_slow_steps(disable: str, monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """A step running past the delay shows a tqdm bar on stderr naming it; TQDM_DISABLE=1 hides
+    it; nothing goes to stdout."""
+    import time
+
+    from dprivacy.cli.progress import Steps
+
+    monkeypatch.setenv("TQDM_DISABLE", disable)
+    with Steps(["read", "solve"], desc="dprivacy test", delay=0.2) as steps:
+        with steps.step("read"):
+            pass
+        with steps.step("solve (exact)"):
+            time.sleep(1.3)
+    out, err = capsys.readouterr()
+    assert out == ""
+    if disable:
+        assert err == ""
+    else:
+        assert "dprivacy test" in err and "solve (exact)" in err

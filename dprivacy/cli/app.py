@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
@@ -94,6 +95,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), "")
+    with warnings.catch_warnings(record=True) as caught:
+        code = _run(argv, command)
+    if code == 0:  # a failed run prints its one error line only
+        seen: set[str] = set()
+        for w in caught:
+            text = one_line(w.message)
+            if text not in seen:
+                seen.add(text)
+                print(f"dprivacy{' ' + command if command else ''}: warning: {text}",
+                      file=sys.stderr)
+    return code
+
+
+def _run(argv: list[str], command: str) -> int:
     try:
         parser = build_parser()
         if command not in parser._subparsers._group_actions[0].choices:  # type: ignore[union-attr]

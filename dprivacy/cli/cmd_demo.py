@@ -10,7 +10,7 @@ import numpy as np
 from dprivacy.cli.common import bounded_int, budget_arg, guard, nonneg_int
 from dprivacy.cli.files import check_out, write_text
 from dprivacy.cli.progress import Steps
-from dprivacy.cli.report import print_report
+from dprivacy.cli.report import report_text
 from dprivacy.design import LOSSES, METHODS, design
 
 DEMO_OUT = "dprivacy_demo_config.json"
@@ -37,13 +37,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
                            cities["elevation"].to_numpy() / 1000])
             names = tuple(f"random_{k}" for k in range(args.m)) + ("elevation_km",)
             W = Workload(F, names=names)
-        print(f"dprivacy demo: {U.N} US cities (GeoNames, > 50k inhabitants), geodesic metric "
-              f"eps_ij = {args.eps_per_km:g} x distance in km;\n{args.m} random U[0,1] queries + "
-              "the elevation query (sum of elevation in km over residents' cities)\n")
         with steps.step("design"), guard(f"design --method {args.method}"):
             d = design(W, U, M, method=args.method, loss=args.loss)
             cfg = MechanismConfig.from_design(W, U, M, d)
-        print_report(W, U, M, d)
+            text = report_text(W, U, M, d)
         with steps.step("export"), guard(f"--out {args.out!r}"):
             buf = io.StringIO()
             header = ",".join(["query"] + [_csv(lab) for lab in U.labels()])
@@ -52,6 +49,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 buf.write(name + "," + ",".join(repr(float(v)) for v in row) + "\n")
             write_text(qpath, buf.getvalue(), "--out")
             cfg.save(out)
+    print(f"dprivacy demo: {U.N} US cities (GeoNames, > 50k inhabitants), geodesic metric "
+          f"eps_ij = {args.eps_per_km:g} x distance in km;\n{args.m} random U[0,1] queries + "
+          "the elevation query (sum of elevation in km over residents' cities)\n")
+    print(text)
     print(f"config written to {out}; query matrix to {qpath}\n"
           f"check it:  dprivacy verify {out} --universe builtin:us_cities --metric geodesic "
           f"--param eps_per_km={args.eps_per_km:g} --queries {qpath}")

@@ -8,7 +8,7 @@ from dprivacy.cli.common import add_inputs, guard, inputs_from, nonneg_int
 from dprivacy.cli.files import check_out
 from dprivacy.cli.params import metrics_help
 from dprivacy.cli.progress import Steps
-from dprivacy.cli.report import print_report
+from dprivacy.cli.report import report_text
 from dprivacy.design import LOSSES, METHODS, design
 
 EXAMPLE = """example (files in the source tree's examples/ folder):
@@ -30,9 +30,10 @@ def cmd_design(args: argparse.Namespace) -> int:
             from dprivacy.config import MechanismConfig
 
             cfg = MechanismConfig.from_design(W, U, M, d)
-        print_report(W, U, M, d)
+            text = report_text(W, U, M, d)
         with steps.step("export"), guard(f"--out {args.out!r}"):
             path = cfg.save(out)
+    print(text)
     print(f"config written to {path}\n"
           f"check it:  dprivacy verify {path} {_inputs_text(args)}")
     return 0

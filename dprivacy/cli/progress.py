@@ -7,6 +7,7 @@ while a step (such as the solver) runs without reporting progress itself.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -43,6 +44,9 @@ class Steps:
         self._thread.start()
 
     def _tick(self) -> None:
+        # tqdm reads TQDM_* variables when it is imported; read TQDM_DISABLE now as well
+        if os.environ.get("TQDM_DISABLE", "").strip().lower() not in ("", "0", "false"):
+            return
         while not self._stop.wait(0.5):
             with self._lock:
                 if self._bar is None and time.monotonic() - self.t0 >= self.delay:

@@ -36,15 +36,16 @@ def design_table(W: Workload, U: Universe, M: Metric, d: Design) -> pd.DataFrame
                          "designed_noise": d.noise_scale, "w": d.w, "IF": per, "IF_alone": alone})
 
 
-def print_report(W: Workload, U: Universe, M: Metric, d: Design) -> None:  # noqa: N803
-    """Print the summary line, the per-query table and the geometric-mean IF on stdout."""
+def report_text(W: Workload, U: Universe, M: Metric, d: Design) -> str:  # noqa: N803
+    """The summary line, the per-query table and the geometric-mean IF, as printed."""
     t = design_table(W, U, M, d)
-    print(f"universe N = {U.N}, metric {M!r}, eps_min = {M.eps_min(U):.6g}, "
-          f"Delta F = {W.sensitivity():.6g}, m = {W.m} queries")
-    print(f"design: method {d.method}, loss {d.loss}, max privacy ratio "
-          f"{d.max_ratio(W):.9f} (<= 1 is private)")
-    print(t.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    print(f"geometric-mean IF: {float(improvement_factor(W, U, M, d)):.4g}\n"
-          "(baseline_noise: Laplace scale of the eps_min-DP baseline, Delta F / eps_min, on every "
-          "query;\n designed_noise: 1 / beta_k; IF = baseline / designed; IF_alone: the query "
-          "designed on its own)")
+    return "\n".join([
+        f"universe N = {U.N}, metric {M!r}, eps_min = {M.eps_min(U):.6g}, "
+        f"Delta F = {W.sensitivity():.6g}, m = {W.m} queries",
+        f"design: method {d.method}, loss {d.loss}, max privacy ratio "
+        f"{d.max_ratio(W):.9f} (<= 1 is private)",
+        t.to_string(index=False, float_format=lambda v: f"{v:.4g}"),
+        f"geometric-mean IF: {float(improvement_factor(W, U, M, d)):.4g}",
+        "(baseline_noise: Laplace scale of the eps_min-DP baseline, Delta F / eps_min, on every "
+        "query;\n designed_noise: 1 / beta_k; IF = baseline / designed; IF_alone: the query "
+        "designed on its own)"])
