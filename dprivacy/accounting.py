@@ -41,6 +41,7 @@ BudgetExceededError
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import sqlite3
@@ -60,6 +61,8 @@ _PER = 1e9
 _MAX_UNITS = (2**63 - 1) // 4
 #: Prefix of the ledger record names that hold release budgets.
 LEDGER_PREFIX = "dx-releases:"
+#: Prefix of the marker records that bind a durable budget to one metric (its fingerprint).
+UNIT_PREFIX = "dx-release-unit:"
 
 
 def _check_amount(x: Any, what: str, *, allow_inf: bool = False) -> float:
@@ -126,6 +129,8 @@ class Accountant:
         self._lock = threading.Lock()
         self._ledger: Ledger | None = None
         self._record: int | None = None
+        self._unit: str | None = None
+        self._name = str(name)
 
     # ------------------------------------------------------------------ builders
     @classmethod
@@ -179,6 +184,7 @@ class Accountant:
         acc._releases = 0
         acc._lock = threading.Lock()
         acc._ledger, acc._record = ledger, rid
+        acc._unit, acc._name = None, name
         return acc
 
     @classmethod
@@ -229,17 +235,25 @@ class Accountant:
         return self._total_units is None or self._spent_units + c <= self._total_units
 
     # ------------------------------------------------------------------ charging
-    def charge(self, cost: float, *, label: str | None = None) -> None:
+    def charge(self, cost: float, *, label: str | None = None, unit: str | None = None,
+               unit_label: str = "its metric") -> None:
         """Charge ``cost`` (alpha, in multiples of d_X), or raise and charge nothing.
+
+        ``unit`` names the metric (and universe) that ``cost`` is a multiple of (mechanisms pass
+        the fingerprint they were verified against). The first charge with a unit binds the
+        accountant to it (a durable one, in its file); a charge in another unit is refused:
+        multiples of two metrics do not add up.
 
         Raises
         ------
         BudgetExceededError
             The spent sum would exceed the total; nothing was charged.
         ValidationError
-            ``cost`` is not a finite number >= 0.
+            ``cost`` is not a finite number >= 0, or ``unit`` is not the accountant's.
         """
         c = to_units(_check_amount(cost, "cost"), round_up=True)
+        if unit is not None:
+            self._bind_unit(str(unit), unit_label)
         if self._ledger is not None:
             ok = self._ledger_call(lambda led: led.charge(
                 [self._record], c / _PER, all_or_nothing=True, label=label).ok.all())
@@ -252,6 +266,25 @@ class Accountant:
                 self._refuse(c, (self._total_units - self._spent_units) / _PER)
             self._spent_units += c
             self._releases += 1
+
+    def _bind_unit(self, unit: str, what: str) -> None:
+        if self._unit == unit:
+            return
+        msg = (f"the {self.name} counts multiples of another metric (or universe) than {what}: "
+               "multiples of two metrics do not add up; use one accountant (or one ledger name) "
+               "per metric; nothing was charged or released")
+        if self._ledger is not None:
+            # the unit is kept in the file as the initial value of a marker record: the ledger
+            # refuses a different value for an existing name (atomic, shared by processes)
+            code = int(hashlib.sha256(unit.encode()).hexdigest()[:13], 16) / 1e9
+            try:
+                self._ledger_call(lambda led: led.named_record(
+                    f"{UNIT_PREFIX}{self._name}", code))
+            except ValidationError as exc:
+                raise ValidationError(msg) from exc
+        elif self._unit is not None:
+            raise ValidationError(msg)
+        self._unit = unit
 
     def _refuse(self, c: int, left: float) -> None:
         raise BudgetExceededError(

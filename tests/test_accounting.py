@@ -187,3 +187,25 @@ def test_random_sigkills_never_release_uncharged(tmp_path):
     charged = dp.Accountant.durable(db).spent / cost
     # every released answer was charged; a kill after a charge may have lost budget, never more
     assert round(charged) >= n and charged == pytest.approx(round(charged), abs=1e-6)
+
+
+def test_one_accountant_counts_multiples_of_one_metric(tmp_path):
+    """Multiples of two metrics do not add up: the first release binds the accountant to the
+    metric (and universe) its mechanism was verified against; another one is refused."""
+    U, M, x = line()
+    W = dp.Workload([[0.0, 1.0, 2.0, 3.0]])
+    M2 = metrics.Euclidean(3.0)
+    m1 = dp.DXLaplace(W, dp.design(W, U, M, method="closed_form"), universe=U, metric=M)
+    m2 = dp.DXLaplace(W, dp.design(W, U, M2, method="closed_form"), universe=U, metric=M2)
+    unbound = dp.DXLaplace(W, dp.design(W, U, M2, method="closed_form"))  # no metric given
+    for acc in (dp.Accountant(total=5), dp.Accountant.durable(tmp_path / "b.sqlite", total=5)):
+        m1.release(x, rng=0, secure=False, accountant=acc)
+        with pytest.raises(ValidationError, match="another metric"):
+            m2.release(x, rng=0, secure=False, accountant=acc)
+        assert acc.spent == pytest.approx(m1.release_cost)
+        unbound.release(x, rng=0, secure=False, accountant=acc)  # unknown unit: not refused
+        m1.release(x, rng=1, secure=False, accountant=acc)
+    reopened = dp.Accountant.durable(tmp_path / "b.sqlite")  # the binding is in the file
+    with pytest.raises(ValidationError, match="another metric"):
+        m2.release(x, rng=0, secure=False, accountant=reopened)
+    m1.release(x, rng=2, secure=False, accountant=reopened)

@@ -25,9 +25,13 @@ def release_cost(max_ratio: float) -> float:
     return 0.0 if not r > 0 else r / (1 + PRIVACY_RTOL)
 
 
-def setup_accounting(mech: Any) -> None:
-    """Set ``mech.release_cost`` from ``mech.max_ratio_`` and its built-in accountant."""
+def setup_accounting(mech: Any, universe: Any = None, metric: Any = None) -> None:
+    """Set ``mech.release_cost`` from ``mech.max_ratio_``, its built-in accountant, and
+    ``mech.release_unit``: the fingerprint of the (universe, metric) it was verified against,
+    whose multiples its cost counts (None when it was verified against a design's constraints)."""
     mech.release_cost = release_cost(mech.max_ratio_)
+    mech.release_unit = None if metric is None or universe is None else metric.fingerprint(universe)
+    mech._metric_repr = None if metric is None else repr(metric)
     mech._own_accountant = Accountant.single_release(mech.release_cost)
 
 
@@ -51,4 +55,5 @@ def charge_release(mech: Any, accountant: Accountant | None) -> None:
     if not isinstance(accountant, Accountant):
         raise ValidationError(f"accountant is a {type(accountant).__name__}: expected a "
                               "dprivacy.Accountant (in memory or Accountant.durable(path, ...))")
-    accountant.charge(mech.release_cost, label=label)
+    accountant.charge(mech.release_cost, label=label, unit=mech.release_unit,
+                      unit_label=f"{getattr(mech, '_metric_repr', None) or 'its metric'}")

@@ -81,7 +81,7 @@ class DXExponential:
         self.beta = shared_beta(design)
         self.constraints = resolve_constraints(utility, design, universe, metric)
         self.max_ratio_ = check_max_condition(self.constraints, utility.F, self._scale(), THEOREM_3)
-        setup_accounting(self)
+        setup_accounting(self, universe, metric)
 
     def _scale(self) -> np.ndarray:
         """Per-output multiplier beta * w_r of |U_ri - U_rj| in Theorem 3 (0 where w_r = 0)."""

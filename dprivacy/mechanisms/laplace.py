@@ -66,7 +66,7 @@ class DXLaplace:
         self.workload = workload
         self.design = design
         self.max_ratio_ = self._verify(universe, metric)
-        setup_accounting(self)
+        setup_accounting(self, universe, metric)
 
     def _verify(self, universe: Universe | None, metric: Metric | None) -> float:
         if (universe is None) != (metric is None):

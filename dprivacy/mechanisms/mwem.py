@@ -86,7 +86,7 @@ class DXMWEM:
         self.constraints = resolve_constraints(workload, design, universe, metric)
         self.max_ratio_ = check_max_condition(self.constraints, workload.F, self._scale(),
                                               THEOREM_7)
-        setup_accounting(self)
+        setup_accounting(self, universe, metric)
         self._Fw = design.w[:, None] * workload.dense()
         self._Fw.setflags(write=False)
 

@@ -125,7 +125,7 @@ class DXSmallDB:
         self.constraints = resolve_constraints(workload, design, universe, metric)
         self.max_ratio_ = check_max_condition(self.constraints, workload.F, self._scale(),
                                               THEOREM_5)
-        setup_accounting(self)
+        setup_accounting(self, universe, metric)
         self._Fw = design.w[:, None] * workload.dense()  # (m, N) rows f_w
         self._Fw.setflags(write=False)
         self._cache: np.ndarray | None = None
