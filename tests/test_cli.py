@@ -328,12 +328,14 @@ def test_readme_quick_start_and_python_example(tmp_path: Path, monkeypatch: pyte
 
 
 def test_every_readme_python_block_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """All ```python blocks of the README run as written (in a scratch folder)."""
+    """All ```python blocks of the README run as written, in order, in one namespace (a later
+    block may continue an earlier one), in a scratch folder."""
     blocks = [b.split("```", 1)[0] for b in README.read_text(encoding="utf-8").split("```python\n")[1:]]
     assert len(blocks) >= 2
     monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
     for k, code in enumerate(blocks):
-        exec(compile(code, f"README.md block {k}", "exec"), {})  # noqa: S102 (our own README)
+        exec(compile(code, f"README.md block {k}", "exec"), namespace)  # noqa: S102 (our README)
     assert (tmp_path / "budgets.sqlite").is_file() and (tmp_path / "people.sqlite").is_file()
 
 
@@ -358,3 +360,34 @@ def test_progress_bar_on_slow_steps(disable: str, monkeypatch: pytest.MonkeyPatc
         assert err == ""
     else:
         assert "dprivacy test" in err and "solve (exact)" in err
+
+
+def test_every_help_example_designs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """The example that `design --help` shows for each metric works as written."""
+    import shlex
+
+    from dprivacy.cli.params import SPECS
+
+    monkeypatch.chdir(tmp_path)
+    universes = {
+        "points": "name,x,y,budget\na,0,0,1\nb,1,0,2\nc,0,2,0.5\n",
+        "latlon": "name,latitude,longitude\na,40,-70\nb,41,-71\nc,42,-72\n",
+        "attribute": "gender,age\nM,A\nM,B\nF,A\nF,B\n",
+        "value": "gender\nM\nF\n",
+    }
+    which = {"euclidean": "points", "geodesic": "latlon", "blowfish": "points",
+             "discrete": "points", "elementwise": "points", "attribute": "attribute",
+             "value": "value"}
+    assert set(which) == set(SPECS)
+    for name, spec in SPECS.items():
+        text = universes[which[name]]
+        (tmp_path / "u.csv").write_text(text)
+        n = len(text.strip().splitlines()) - 1
+        np.save(tmp_path / "q.npy", np.arange(n, dtype=float)[None, :])
+        argv = ["design", "--universe", "u.csv", "--metric", name,
+                *shlex.split(spec.example()), "--queries", "q.npy", "--out", f"{name}.json"]
+        if which[name] == "points":
+            argv += ["--key", "name"]
+        assert main(argv) == 0, (name, capsys.readouterr().err)
+        assert (tmp_path / f"{name}.json").is_file()

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dprivacy.accounting import Accountant
 from dprivacy.cli import main
@@ -94,6 +96,8 @@ def _files() -> dict[str, bytes | str | None]:
         "latin1.json": '{"a": "\xe9"}'.encode("latin-1"),
         "conf_dir": None,
         "not_sqlite.sqlite": "this is not a database\n",
+        "corrupt.sqlite": b"SQLite format 3\x00" + b"garbage" * 600,
+        "u_one.csv": "name,x,y\na,0,0\n",
     }
 
 
@@ -241,6 +245,13 @@ CASES: list[tuple[str, list[str]]] = [
                            "out.csv"] + INP),
     ("release-ledger-dir", REL[:-1] + ["u_dir"] + INP),
     ("release-ledger-not-sqlite", REL[:-1] + ["not_sqlite.sqlite"] + INP),
+    ("release-ledger-corrupt", REL[:-1] + ["corrupt.sqlite", "--budget", "1"] + INP),
+    ("weights-deep", DESIGN + ["--universe", "u.csv", "--metric", "attribute", "--param",
+                               "weights=" + "{" * 100_000, "--queries", "q.csv"]),
+    ("universe-device", DESIGN + ["--universe", "/dev/null", "--metric", "euclidean",
+                                  "--param", "eps_per_unit=1", "--queries", "q.csv"]),
+    ("universe-one-element", DESIGN + ["--universe", "u_one.csv", "--metric", "euclidean",
+                                       "--param", "eps_per_unit=1", "--queries", "q1.csv"]),
     ("release-ledger-no-folder", REL[:-1] + ["nowhere/l.sqlite"] + INP),
     ("release-new-budget-without-total", REL[:-1] + ["fresh.sqlite"] + INP),
     ("release-budget-conflict", REL + ["--budget", "7"] + INP),
@@ -282,6 +293,7 @@ def build_corpus(d: Path) -> Path:
     np.save(d / "q_subnormal.npy", np.array([[1, 0, 1e-320, 1]]))
     np.save(d / "q_wide.npy", np.ones((1, 9)))
     (d / "q2.csv").write_text("q1,1,0,0,1\nq2,0,1,1,0.5\n")
+    (d / "q1.csv").write_text("1\n")
     cwd = Path.cwd()
     os.chdir(d)
     try:
@@ -426,3 +438,47 @@ def test_query_csv_header_is_never_guessed_from_numbers(tmp_path: Path) -> None:
         p.write_text(text)
         with pytest.raises(InputError, match=fragment):
             load_workload(str(p), U_)
+
+
+_TOKENS = list(',;\t\n"\'0123456789.-+eE abxyz') + [
+    "nan", "inf", "-inf", "1e400", "1e-320", "\x00", "é", "\r\n", "name", "x", "y", "a", "b",
+    "c", "d", "n", ",,", "\n\n", "{", "[", "NULL", "  "]
+
+
+@settings(max_examples=80, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tokens=st.lists(st.sampled_from(_TOKENS), max_size=40),
+       encoding=st.sampled_from(["utf-8", "latin-1", "utf-16"]),
+       target=st.sampled_from(["universe", "queries", "records", "counts", "config"]))
+def test_random_file_contents(tokens: list[str], encoding: str, target: str, corpus: Path,
+                              monkeypatch: pytest.MonkeyPatch,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Random text in any input file: success, or one clean line with a documented code and
+    nothing written."""
+    import tempfile
+
+    monkeypatch.chdir(corpus)
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    data = "".join(tokens).encode(encoding, errors="replace")
+    with tempfile.TemporaryDirectory(dir=corpus) as tmp:
+        f = Path(tmp) / ("q.csv" if target != "config" else "c.json")
+        f.write_bytes(data)
+        out = Path(tmp) / "out.file"
+        ledger = ["--ledger", str(Path(tmp) / "l.sqlite"), "--budget", "100"]
+        argv = {
+            "universe": ["design", "--out", str(out), "--universe", str(f), "--metric",
+                         "euclidean", "--param", "eps_per_unit=1", "--queries", "q.csv"],
+            "queries": ["design", "--out", str(out), *U, "--queries", str(f)],
+            "records": ["release", "good.json", "--records", str(f), "--out", str(out), *ledger,
+                        *INP],
+            "counts": ["release", "good.json", "--records", str(f), "--count-column", "n",
+                       "--out", str(out), *ledger, *INP],
+            "config": ["verify", str(f), *INP],
+        }[target]
+        code = main(argv)
+        err = capsys.readouterr().err
+        assert code in (0, 2, 3, 4, 5), (code, err)
+        assert "Traceback" not in err
+        if code:
+            assert err.count("\n") == 1, err
+            assert not out.exists()

@@ -12,6 +12,7 @@ import argparse
 import hashlib
 import io
 import os
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
@@ -81,7 +82,11 @@ def _open_budget(args: argparse.Namespace, metric_fingerprint: str) -> Any:
         raise UsageError(f"{where} does not exist yet: give --budget K to create it (K in "
                          "multiples of the metric, e.g. --budget 3 for three releases)")
     with guard(where, UsageError):
-        ledger = Ledger(args.ledger)
+        try:
+            ledger = Ledger(args.ledger)
+        except sqlite3.DatabaseError as exc:
+            raise UsageError(f"{where}: {exc}; give the path of a ledger written by dprivacy "
+                             "(or a new path)") from exc
         try:
             acc = Accountant.durable(ledger, total=args.budget, name=args.budget_name)
         except ValidationError as exc:

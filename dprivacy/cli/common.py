@@ -134,6 +134,9 @@ def inputs_from(args: argparse.Namespace) -> Inputs:
     """Read and check the universe, metric and workload named by the arguments."""
     spec = spec_of(args.metric)
     U, table = load_universe(args.universe, spec, args.key, args.coords)
+    if U.N < 2:
+        raise InputError(f"--universe {args.universe!r} has a single element: there is nothing "
+                         "to protect; give a universe of at least two elements")
     M = make_metric(spec.name, args.param, _column_reader(table, f"--universe {args.universe!r}"))
     where = f"--metric {spec.name} on --universe {args.universe!r}"
     with guard(where, UsageError):

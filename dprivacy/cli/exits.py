@@ -19,6 +19,7 @@ code  meaning
 from __future__ import annotations
 
 import os
+import re
 import sys
 import traceback
 
@@ -70,8 +71,14 @@ class BudgetError(CLIError):
 
 
 def one_line(text: object, limit: int = 600) -> str:
-    """``text`` on one line (whitespace runs collapsed), cut to ``limit`` characters."""
+    """``text`` on one line (whitespace runs collapsed), cut to ``limit`` characters.
+
+    References to the developers' specification ("spec §9.3"), which users do not have, are
+    dropped from library messages.
+    """
     s = " ".join(str(text).split())
+    s = re.sub(r"\s*\((?:see )?spec §[^)]*\)", "", s)
+    s = re.sub(r"\s*\(?spec §[\d.]+\)?", "", s)
     return s if len(s) <= limit else s[: limit - 3] + "..."
 
 
