@@ -87,6 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _subcommands(parser: argparse.ArgumentParser) -> set[str]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return set(action.choices)
+    return set()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``dprivacy`` console script; returns the exit code.
 
@@ -111,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(argv: list[str], command: str) -> int:
     try:
         parser = build_parser()
-        if command not in parser._subparsers._group_actions[0].choices:  # type: ignore[union-attr]
+        if command not in _subcommands(parser):
             command = ""
         args = parser.parse_args(argv)
         command = args.command

@@ -79,42 +79,62 @@ def read_text(path: str | os.PathLike, flag: str) -> str:
     return text
 
 
-def read_csv(path: str | os.PathLike, flag: str, *, header: bool = True) -> pd.DataFrame:
-    """A CSV as a table of stripped strings (no type guessing: callers convert columns).
+def _line(df: pd.DataFrame | pd.Series, k: int) -> int:
+    """The file line of row ``k`` (tables from :func:`read_csv` are indexed by line number)."""
+    try:
+        return int(df.index[k])
+    except (TypeError, ValueError, IndexError):
+        return k + 2
 
-    ``header=False`` reads every line as data (columns 0, 1, ...).
+
+def read_csv(path: str | os.PathLike, flag: str, *, header: bool = True) -> pd.DataFrame:
+    """A CSV as a table of stripped strings, indexed by the line number of each row in the file.
+
+    No type guessing (callers convert columns), every row must have as many fields as the first,
+    blank lines are skipped. ``header=False`` reads every line as data (columns 0, 1, ...).
     """
     text = read_text(path, flag)
     where = _where(flag, path)
+    reader = csv.reader(io.StringIO(text, newline=""))
+    rows: list[list[str]] = []
+    lines: list[int] = []
+    start = 1
     try:
-        df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False,
-                         header=0 if header else None, skip_blank_lines=True)
-    except pd.errors.EmptyDataError as exc:
-        raise InputError(f"{where} has no columns: give a comma-separated file") from exc
-    except (pd.errors.ParserError, ValueError) as exc:
-        raise InputError(f"{where} is not a well-formed CSV ({one_line(exc, 160)}); every row "
-                         "needs the same number of comma-separated fields") from exc
-    df = df.apply(lambda col: col.str.strip())
-    if header:
-        cols = [c.strip() for c in next(csv.reader(io.StringIO(text.lstrip("\r\n"))))]
-        if any(c == "" for c in cols):
-            raise InputError(f"{where} has a column without a name in its header row {cols}: "
-                             "name every column")
-        if len(set(cols)) != len(cols):
-            dup = sorted({c for c in cols if cols.count(c) > 1})
-            raise InputError(f"{where} repeats column(s) {dup} in its header row: name each "
-                             "column once")
-        df.columns = cols
-    if df.shape[1] == 1:
-        first = text.splitlines()[0]
+        for row in reader:
+            if any(f.strip() for f in row):
+                rows.append([f.strip() for f in row])
+                lines.append(start)
+            start = reader.line_num + 1
+    except csv.Error as exc:
+        raise InputError(f"{where} is not a well-formed CSV (line {reader.line_num}: {exc})"
+                         ) from exc
+    if not rows:
+        raise InputError(f"{where} has no rows: give a comma-separated file")
+    width = len(rows[0])
+    for row, line in zip(rows, lines, strict=True):
+        if len(row) != width:
+            raise InputError(f"{where}: line {line} has {len(row)} fields but line {lines[0]} has "
+                             f"{width}; every row needs the same number of comma-separated "
+                             "fields")
+    if width == 1:
         for sep, name in ((";", "semicolon"), ("\t", "tab"), ("|", "pipe")):
-            if sep in first:
+            if sep in rows[0][0] or (len(rows) > 1 and sep in rows[1][0]):
                 raise InputError(f"{where} looks {name}-separated: dprivacy reads "
                                  "comma-separated files; replace the separators with commas")
-    return df
+    if not header:
+        return pd.DataFrame(rows, index=lines, dtype=str)
+    cols = rows[0]
+    if any(c == "" for c in cols):
+        raise InputError(f"{where} has a column without a name in its header row {cols}: "
+                         "name every column")
+    if len(set(cols)) != len(cols):
+        dup = sorted({c for c in cols if cols.count(c) > 1})
+        raise InputError(f"{where} repeats column(s) {dup} in its header row: name each "
+                         "column once")
+    return pd.DataFrame(rows[1:], columns=cols, index=lines[1:], dtype=str)
 
 
-def to_numbers(col: pd.Series, what: str, where: str, *, first_line: int = 2) -> np.ndarray:
+def to_numbers(col: pd.Series, what: str, where: str) -> np.ndarray:
     """A column of strings as finite floats, or an error naming the first bad row (file line)."""
     num = pd.to_numeric(col, errors="coerce").to_numpy(dtype=float)
     bad = ~np.isfinite(num)
@@ -122,7 +142,7 @@ def to_numbers(col: pd.Series, what: str, where: str, *, first_line: int = 2) ->
         k = int(np.flatnonzero(bad)[0])
         val = col.iloc[k]
         why = "is empty" if val == "" else f"= {val!r} is not a finite number"
-        raise InputError(f"{where}: {what} on line {k + first_line} {why}; fix that entry")
+        raise InputError(f"{where}: {what} on line {_line(col, k)} {why}; fix that entry")
     return num
 
 

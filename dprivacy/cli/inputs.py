@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from dprivacy.cli.exits import InputError, UsageError
-from dprivacy.cli.files import read_csv, read_npy, to_numbers
+from dprivacy.cli.files import _line, read_csv, read_npy, to_numbers
 from dprivacy.cli.params import MetricSpec
 from dprivacy.universe import Universe
 from dprivacy.workload import Workload
@@ -93,20 +93,20 @@ def universe_from_table(df: pd.DataFrame, where: str, spec: MetricSpec, key: str
         blank = (col == "") | col.str.lower().isin(("nan", "none", "null", "na", "n/a"))
         if blank.any():
             k = int(np.flatnonzero(blank.to_numpy())[0])
-            raise InputError(f"{where}: key column {c!r} is missing on line {k + 2} "
+            raise InputError(f"{where}: key column {c!r} is missing on line {_line(df, k)} "
                              f"({df[c].iloc[k]!r}); every element needs a value in each key column")
     for c in xy or []:
         v = to_numbers(df[c], f"coordinate {c!r}", where)
         big = np.abs(v) > MAX_VALUE
         if big.any():
-            raise InputError(f"{where}: coordinate {c!r} on line {int(np.argmax(big)) + 2} is "
+            raise InputError(f"{where}: coordinate {c!r} on line {_line(df, int(np.argmax(big)))} is "
                              f"beyond {MAX_VALUE:g}; rescale the coordinates")
         df[c] = v
     dup = df.duplicated(keys, keep="first").to_numpy()
     if dup.any():
         k = int(np.flatnonzero(dup)[0])
         first = df[keys].iloc[k].tolist()
-        raise InputError(f"{where}: element {first} on line {k + 2} repeats an earlier one; "
+        raise InputError(f"{where}: element {first} on line {_line(df, k)} repeats an earlier one; "
                          "elements must be distinct by their key columns (pass --key with columns "
                          "that identify each element)")
     return Universe.from_dataframe(df, keys, coords=xy)
@@ -170,7 +170,7 @@ def _parse_query_table(raw: pd.DataFrame, where: str, labels: list[str] | None
         r, c = np.argwhere(bad)[0]
         val = text[r + r0, c + c0]
         why = "is empty" if val == "" else f"= {val!r} is not a finite number"
-        raise InputError(f"{where}: line {r + r0 + 1}, field {c + c0 + 1} {why}; every entry "
+        raise InputError(f"{where}: line {_line(raw, r + r0)}, field {c + c0 + 1} {why}; every entry "
                          "after the optional name column must be a number (a header row must "
                          "be all element names)")
     names = [str(t) for t in text[r0:, 0]] if has_names else None
@@ -249,7 +249,7 @@ def histogram(U: Universe, records: pd.DataFrame, where: str,  # noqa: N803
     if (idx < 0).any():
         k = int(np.flatnonzero(idx < 0)[0])
         vals = records[keys].iloc[k].tolist()
-        raise InputError(f"{where}: line {k + 2} ({', '.join(map(str, vals))}) is not an element "
+        raise InputError(f"{where}: line {_line(records, k)} ({', '.join(map(str, vals))}) is not an element "
                          f"of the universe; {int((idx < 0).sum())} of {len(idx)} records are "
                          "unknown. Fix or remove them")
     if count_column is None:
@@ -258,6 +258,6 @@ def histogram(U: Universe, records: pd.DataFrame, where: str,  # noqa: N803
     bad = (c < 0) | (c != np.round(c)) | (c > 2**53)
     if bad.any():
         k = int(np.flatnonzero(bad)[0])
-        raise InputError(f"{where}: count {count_column!r} on line {k + 2} = "
+        raise InputError(f"{where}: count {count_column!r} on line {_line(records, k)} = "
                          f"{records[count_column].iloc[k]!r} is not a whole number >= 0")
     return np.bincount(idx, weights=c, minlength=U.N)

@@ -52,7 +52,7 @@ class Steps:
                 if self._bar is None and time.monotonic() - self.t0 >= self.delay:
                     from tqdm import tqdm
 
-                    self._bar = tqdm(total=len(self.names), desc=self.desc, file=sys.stderr,
+                    self._bar = tqdm(total=len(self.names), desc=self.desc, file=sys.stderr, disable=False,
                                      leave=False, unit="step", initial=self.done,
                                      bar_format="{desc}: {n_fmt}/{total_fmt} steps |{bar:20}| "
                                      "{elapsed} {postfix}")
