@@ -252,6 +252,9 @@ CASES: list[tuple[str, list[str]]] = [
                                   "--param", "eps_per_unit=1", "--queries", "q.csv"]),
     ("universe-one-element", DESIGN + ["--universe", "u_one.csv", "--metric", "euclidean",
                                        "--param", "eps_per_unit=1", "--queries", "q1.csv"]),
+    ("design-closed-form-m2", DESIGN + INP + ["--method", "closed_form"]),
+    ("release-exponential-config", ["release", "exponential.json", "--records", "rec.csv",
+                                    "--out", "out.csv", "--ledger", "ledger.sqlite"] + INP),
     ("release-ledger-no-folder", REL[:-1] + ["nowhere/l.sqlite"] + INP),
     ("release-new-budget-without-total", REL[:-1] + ["fresh.sqlite"] + INP),
     ("release-budget-conflict", REL + ["--budget", "7"] + INP),
@@ -315,6 +318,15 @@ def build_corpus(d: Path) -> Path:
             coords=["x", "y"])
         forged["metric"]["fingerprint"] = dp.metrics.Euclidean(50.0).fingerprint(U_)
         (d / "forged.json").write_text(json.dumps(forged))
+        # a valid config of another kind (exponential), which the command line does not release
+        from dprivacy.cli.app import build_parser
+        from dprivacy.cli.common import inputs_from
+
+        inp = inputs_from(build_parser().parse_args(["verify", "good.json", *INP]))
+        dp.MechanismConfig.from_design(
+            inp.workload, inp.universe, inp.metric,
+            dp.design(inp.workload, inp.universe, inp.metric), kind="exponential",
+        ).save(d / "exponential.json")
         # a live budget (K = 5, one release spent) and an exhausted one (K = 1, spent)
         assert main(REL + ["--budget", "5", *INP]) == 0
         assert main(["release", "good.json", "--records", "rec.csv", "--out", "out2.csv",

@@ -23,7 +23,6 @@ from dprivacy.cli.exits import (
     USAGE,
     CLIError,
     UsageError,
-    debug,
     one_line,
     report,
 )
@@ -140,8 +139,14 @@ def _run(argv: list[str], command: str) -> int:
     except KeyboardInterrupt as exc:
         report(command, "interrupted; nothing was written", exc)
         return INTERRUPTED
-    except BrokenPipeError:  # e.g. `dprivacy design ... | head`
-        return INTERNAL if debug() else 0
+    except BrokenPipeError:  # e.g. `dprivacy design ... | head`: stop quietly
+        import os
+
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 0
     except MemoryError as exc:
         report(command, "out of memory: the inputs are too large for this machine", exc)
         return INPUT

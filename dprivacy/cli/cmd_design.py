@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from dprivacy.cli.common import add_inputs, guard, inputs_from, nonneg_int
+from dprivacy.cli.exits import UsageError
 from dprivacy.cli.files import check_out
 from dprivacy.cli.params import metrics_help
 from dprivacy.cli.progress import Steps
@@ -23,6 +24,10 @@ def cmd_design(args: argparse.Namespace) -> int:
         with steps.step("read inputs"):
             inp = inputs_from(args)
         W, U, M = inp.workload, inp.universe, inp.metric  # noqa: N806
+        if args.method == "closed_form" and W.m != 1:
+            raise UsageError(f"--method closed_form designs a single query but --queries "
+                             f"{args.queries!r} has m = {W.m}; use --method exact (or another "
+                             "multi-query method)")
         with steps.step(f"design ({args.method}, N = {U.N}, m = {W.m})"), \
                 guard(f"design --method {args.method}"):
             d = design(W, U, M, method=args.method, loss=args.loss, n=args.n)

@@ -121,6 +121,10 @@ def cmd_release(args: argparse.Namespace) -> int:
     _check_ledger_path(args.ledger)
     inp = inputs_from(args)
     cfg = load_config(args.config, inp)
+    if cfg.kind != "laplace":
+        raise UsageError(f"CONFIG {args.config!r} is a mechanism of kind {cfg.kind!r}: the command line "
+                         "releases Laplace configs (made by design or demo); release this one "
+                         "from Python with an Accountant")
     mech = cfg.to_mechanism()
     records = read_csv(args.records, "--records")
     x = histogram(inp.universe, records, f"--records {args.records!r}", args.count_column)
