@@ -39,6 +39,8 @@ def design_table(W: Workload, U: Universe, M: Metric, d: Design) -> pd.DataFrame
 def report_text(W: Workload, U: Universe, M: Metric, d: Design) -> str:  # noqa: N803
     """The summary line, the per-query table and the geometric-mean IF, as printed."""
     t = design_table(W, U, M, d)
+    if t["IF"].isna().any():  # w = 0: the query is answered by 0, not released
+        t["IF"] = [f"{v:.4g}" if v == v else "w=0" for v in t["IF"]]
     return "\n".join([
         f"universe N = {U.N}, metric {M!r}, eps_min = {M.eps_min(U):.6g}, "
         f"Delta F = {W.sensitivity():.6g}, m = {W.m} queries",
@@ -47,5 +49,5 @@ def report_text(W: Workload, U: Universe, M: Metric, d: Design) -> str:  # noqa:
         t.to_string(index=False, float_format=lambda v: f"{v:.4g}"),
         f"geometric-mean IF: {float(improvement_factor(W, U, M, d)):.4g}",
         "(baseline_noise: Laplace scale of the eps_min-DP baseline, Delta F / eps_min, on every "
-        "query;\n designed_noise: 1 / beta_k; IF = baseline / designed; IF_alone: the query "
-        "designed on its own)"])
+        "query;\n designed_noise: 1 / beta_k; IF = baseline / designed (w=0: the query is answered "
+        "by 0 and left out);\n IF_alone: the query designed on its own)"])
