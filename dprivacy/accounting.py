@@ -158,7 +158,7 @@ class Accountant:
             raise ValidationError(f"name = {name!r}: a durable budget needs a non-empty name")
         if total is not None:
             t = _check_amount(total, "total")
-        where = getattr(path, "path", path)
+        where = str(getattr(path, "path", path))
         try:
             ledger = path if isinstance(path, Ledger) else Ledger(os.fspath(path))
             if total is None:
@@ -167,18 +167,18 @@ class Accountant:
                     rid = ledger.named_record(LEDGER_PREFIX + name, None)
                 except UnknownRecordError as exc:
                     raise ValidationError(
-                        f"the ledger {os.fspath(where)!r} has no release budget named {name!r}: "
+                        f"the ledger {where!r} has no release budget named {name!r}: "
                         "give total=K (in multiples of the metric) to create it") from exc
             else:
                 rid = ledger.named_record(LEDGER_PREFIX + name, t)
         except sqlite3.Error as exc:
             raise ValidationError(
-                f"cannot use {os.fspath(where)!r} as a budget ledger ({exc}): give the path of an "
+                f"cannot use {where!r} as a budget ledger ({exc}): give the path of an "
                 "SQLite ledger file (it is created if missing) in a writable folder") from exc
         except TypeError as exc:
             raise ValidationError(f"path = {path!r}: expected a file path or a Ledger") from exc
         acc = cls.__new__(cls)
-        acc.name = f"budget {name!r} in {os.fspath(where)}"
+        acc.name = f"budget {name!r} in {where}"
         acc._total_units = None
         acc._spent_units = 0
         acc._releases = 0

@@ -19,6 +19,7 @@ Sampling uses the fast numpy path (``secure=False``) with the audit's ``rng``.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -73,8 +74,12 @@ def _log_ratio_lower(kp: int, kq: int, n: int, alpha: float) -> float:
 def _draw(mechanism: Any, x: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
     # an audit samples the mechanism on synthetic neighbouring histograms: a simulation, so its
     # releases are counted on an unlimited accountant of their own
-    acc = Accountant(total=math.inf, name="audit simulation")
-    outs = [np.atleast_1d(np.asarray(mechanism.release(x, rng=rng, secure=False, accountant=acc),
+    try:
+        takes = "accountant" in inspect.signature(mechanism.release).parameters
+    except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
+        takes = False
+    kw = {"accountant": Accountant(total=math.inf, name="audit simulation")} if takes else {}
+    outs = [np.atleast_1d(np.asarray(mechanism.release(x, rng=rng, secure=False, **kw),
                                      dtype=float)) for _ in range(k)]
     return np.vstack(outs)
 

@@ -30,7 +30,7 @@ import json
 import math
 import struct
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -143,7 +143,7 @@ class Hasher:
 def matrix_bytes(F: np.ndarray | sp.sparray | sp.spmatrix) -> bytes:
     """A dense or sparse matrix as canonical CSR (sorted indices, no stored zeros, -0.0 = 0):
     the same bytes for the same values, whatever the storage."""
-    A = sp.csr_array(F, dtype=float, copy=True)  # type: ignore[call-overload]
+    A: Any = sp.csr_array(cast(Any, F), dtype=cast(Any, float), copy=True)
     A.sum_duplicates()
     A.data = A.data + 0.0
     A.eliminate_zeros()

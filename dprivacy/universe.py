@@ -89,22 +89,22 @@ class Universe:
             object.__setattr__(self, "domains", MappingProxyType(
                 {str(a): tuple(v) for a, v in self.domains.items()}))
         if self.coords is not None:
-            c = np.asarray(self.coords)
-            if c.ndim != 2 or c.shape[0] != len(self.elements):
+            xy = np.asarray(self.coords)
+            if xy.ndim != 2 or xy.shape[0] != len(self.elements):
                 raise ShapeError(
-                    f"coords has shape {c.shape}; expected ({len(self.elements)}, d)"
+                    f"coords has shape {xy.shape}; expected ({len(self.elements)}, d)"
                 )
             try:
-                c = np.array(c, dtype=float, copy=True)
+                xy = np.array(xy, dtype=float, copy=True)
             except (TypeError, ValueError) as exc:
                 raise ValidationError(f"coords must be numbers: {exc}") from exc
-            if not np.all(np.isfinite(c)):
-                bad = np.argwhere(~np.isfinite(c))[0]
+            if not np.all(np.isfinite(xy)):
+                bad = np.argwhere(~np.isfinite(xy))[0]
                 raise ValidationError(
-                    f"coords[{bad[0]}, {bad[1]}] = {c[bad[0], bad[1]]}: coordinates must be finite"
+                    f"coords[{bad[0]}, {bad[1]}] = {xy[bad[0], bad[1]]}: coordinates must be finite"
                 )
-            c.setflags(write=False)
-            object.__setattr__(self, "coords", c)
+            xy.setflags(write=False)
+            object.__setattr__(self, "coords", xy)
 
     # ------------------------------------------------------------------ builders
     @classmethod

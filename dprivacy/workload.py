@@ -11,6 +11,7 @@ import hashlib
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 import scipy.sparse as sp
@@ -27,10 +28,10 @@ def _as_matrix(F) -> np.ndarray | sp.csr_array:
     if sp.issparse(F):
         # our own copy (csr_array(F) alone may share F's arrays): the caller's later writes to
         # F.data / F.indices / F.indptr change nothing here
-        A = sp.csr_array(F, dtype=float, copy=True)  # type: ignore[call-overload]
-        A.sum_duplicates()
-        A.sort_indices()
-        data = A.data
+        S: Any = sp.csr_array(cast(Any, F), dtype=cast(Any, float), copy=True)
+        S.sum_duplicates()
+        S.sort_indices()
+        A, data = S, S.data
     else:
         try:
             A = np.array(F, dtype=float)
@@ -54,7 +55,35 @@ def _as_matrix(F) -> np.ndarray | sp.csr_array:
         )
     if A.shape[0] == 0 or A.shape[1] == 0:
         raise ShapeError(f"F has shape {A.shape}: need at least one query and one element")
+    mag = np.abs(data)
+    huge = mag > _HUGE
+    tiny = (mag > 0) & (mag < _TINY)
+    if huge.any() or tiny.any():
+        k, i, v = _first_entry(A, huge if huge.any() else tiny)
+        if huge.any():
+            raise ValidationError(
+                f"F[{k}, {i}] = {v:.6g}: too large, differences of coefficients would overflow "
+                f"float64 (above {np.finfo(float).max:.3g}) and look infinite; rescale the queries"
+            )
+        raise ValidationError(
+            f"F[{k}, {i}] = {v:.3g} is subnormal (non-zero but below {_TINY:.3g}): too small to "
+            "compute with (the noise precision would overflow); rescale the queries or use 0"
+        )
     return A
+
+
+_HUGE = np.finfo(float).max / 2
+_TINY = np.finfo(float).tiny
+
+
+def _first_entry(A: np.ndarray | sp.csr_array, mask: np.ndarray) -> tuple[int, int, float]:
+    """(row, column, value) of the first entry of A where ``mask`` (over its stored values)."""
+    if sp.issparse(A):
+        coo = A.tocoo()
+        t = int(np.flatnonzero(mask)[0])
+        return int(coo.row[t]), int(coo.col[t]), float(coo.data[t])
+    k, i = np.argwhere(mask)[0]
+    return int(k), int(i), float(A[k, i])
 
 
 @dataclass(frozen=True, eq=False)

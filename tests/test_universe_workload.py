@@ -207,3 +207,14 @@ def test_inputs_are_copied_and_read_only():
     Ud = Universe.from_domains({"g": ["a", "b"]})
     with pytest.raises(TypeError):
         Ud.domains["g"] = ("c",)  # type: ignore[index]
+
+
+@pytest.mark.parametrize("store", [np.array, sp.csr_array])
+def test_overflowing_and_subnormal_coefficients_are_diagnosed(store):
+    """Before: both surfaced later as "eps[0, 1] = 0" / "infinite privacy loss"."""
+    with pytest.raises(ValidationError, match=r"F\[0, 1\] = -1e\+308: too large.*overflow"):
+        Workload(store(np.array([[0.0, -1e308, 1e308]])))
+    with pytest.raises(ValidationError, match=r"F\[1, 2\] = 1e-320 is subnormal"):
+        Workload(store(np.array([[0.0, 1.0, 0.0], [0.0, 0.0, 1e-320]])))
+    ok = Workload(store(np.array([[0.0, 1e300, 2.2250738585072014e-308]])))  # extreme but normal
+    assert ok.m == 1
