@@ -68,3 +68,23 @@ def test_example_files_agree() -> None:
     rec = pd.read_csv(ROOT / "examples" / "records.csv")["name"].value_counts()
     visits = pd.read_csv(ROOT / "examples" / "visits.csv").set_index("name")["visits"]
     assert rec.reindex(visits.index, fill_value=0).tolist() == visits.tolist()
+
+
+def test_help_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                           capsys: pytest.CaptureFixture[str]) -> None:
+    """The example under `design --help`, `verify --help` and `release --help` runs as shown."""
+    from dprivacy.cli import build_parser
+
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    parsers = {a.dest: a for a in build_parser()._actions if a.dest == "command"}
+    choices = parsers["command"].choices  # type: ignore[attr-defined]
+    for name in ("design", "verify", "release"):
+        epilog = choices[name].epilog
+        block = epilog.split("example (files in the source tree's examples/ folder):\n", 1)[1]
+        block = block.split("\n\n", 1)[0]
+        words = shlex.split(block.replace("\\\n", " "))
+        assert words[:2] == ["dprivacy", name], words
+        assert main(words[1:]) == 0, (name, capsys.readouterr().err)
+    assert Path("answers.csv").is_file()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 import warnings
 from collections.abc import Callable, Sequence
 from typing import NoReturn
@@ -81,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     for register in COMMANDS:
         register(sub)
     for s in sub.choices.values():
+        if s.description and "\n" not in s.description:
+            s.description = textwrap.fill(s.description, 88)
         s.epilog = ((s.epilog or "").rstrip() + "\n\n" + EXIT_CODES_HELP).lstrip()
         s.formatter_class = argparse.RawDescriptionHelpFormatter
     return p

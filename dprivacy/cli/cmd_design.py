@@ -13,7 +13,7 @@ from dprivacy.cli.report import report_text
 from dprivacy.design import LOSSES, METHODS, design
 
 EXAMPLE = """example (files in the source tree's examples/ folder):
-  dprivacy design --universe examples/cities.csv --metric geodesic --param eps_per_km=0.1 \\
+  dprivacy design --universe examples/cities.csv --metric geodesic --param eps_per_km=0.05 \\
       --queries examples/queries_named.csv --out config.json
 """
 

@@ -31,7 +31,7 @@ from dprivacy.errors import BudgetExceededError, ValidationError
 EXAMPLE = """example (files in the source tree's examples/ folder):
   dprivacy release config.json --records examples/visits.csv --count-column visits \\
       --ledger budget.sqlite --budget 3 --out answers.csv \\
-      --universe examples/cities.csv --metric geodesic --param eps_per_km=0.1 \\
+      --universe examples/cities.csv --metric geodesic --param eps_per_km=0.05 \\
       --queries examples/queries_named.csv
 
 budget: every release is charged to a budget kept in an SQLite ledger (--ledger). Budgets count

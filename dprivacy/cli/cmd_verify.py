@@ -10,7 +10,7 @@ from dprivacy.cli.params import metrics_help
 
 EXAMPLE = """example (files in the source tree's examples/ folder):
   dprivacy verify config.json --universe examples/cities.csv --metric geodesic \\
-      --param eps_per_km=0.1 --queries examples/queries_named.csv
+      --param eps_per_km=0.05 --queries examples/queries_named.csv
 """
 
 
