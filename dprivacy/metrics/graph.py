@@ -47,7 +47,13 @@ class Graph(Metric):
 
     def _fingerprint_data(self, universe: Universe) -> list[bytes | str]:
         # params() prints the ends as text; here an index 0 and a label "0" differ
-        return [canonical_json([[type(v).__name__ if k < 2 else "w", v]
+        def tag(k: int, v: object) -> str:
+            if k == 2:
+                return "eps"
+            return "index" if isinstance(v, int | np.integer) else "label"
+
+        return [canonical_json([[tag(k, v), v if k < 2 and isinstance(v, str) else float(v)
+                                 if k == 2 else int(v) if tag(k, v) == "index" else str(v)]
                                 for e in self.edge_list for k, v in enumerate(e)])]
 
     def edges(self, universe: Universe):
