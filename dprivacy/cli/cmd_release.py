@@ -22,7 +22,7 @@ import pandas as pd
 
 from dprivacy.cli.common import add_inputs, budget_arg, guard, inputs_from, nonneg_int
 from dprivacy.cli.configs import load_config
-from dprivacy.cli.exits import BudgetError, UsageError, one_line
+from dprivacy.cli.exits import BudgetError, CLIError, InputError, UsageError, one_line
 from dprivacy.cli.files import check_out, read_csv, write_text
 from dprivacy.cli.inputs import histogram
 from dprivacy.cli.params import metrics_help
@@ -145,8 +145,12 @@ def cmd_release(args: argparse.Namespace) -> int:
                           "noise_scale": mech.noise_scale, "w": mech.design.w})
     buf = io.StringIO()
     table.to_csv(buf, index=False, float_format="%.17g")
-    with guard(f"--out {args.out!r}"):
+    try:
         write_text(out, buf.getvalue(), "--out")
+    except (OSError, CLIError) as exc:
+        raise InputError(f"--out {args.out!r}: cannot write the answers ({one_line(exc, 200)}); "
+                         f"the release was charged ({_amount(mech.release_cost)} x the metric) "
+                         "but no answer was written or shown") from exc
     print(f"released {inp.workload.m} answers for n = {float(np.sum(x)):g} records to {out}; "
           f"charged {_amount(mech.release_cost)} x the metric, "
           f"{_amount(acc.remaining)} of {_amount(acc.total)} left in {where}")
