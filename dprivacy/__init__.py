@@ -6,6 +6,7 @@ privacy loss of moving one record from element i to element j (Definition 2).
 
 from dprivacy import data, errors, metrics, noise
 from dprivacy._version import __version__
+from dprivacy.accounting import Accountant
 from dprivacy.audit import AuditResult, audit
 from dprivacy.config import MechanismConfig
 from dprivacy.design import LOSSES, METHODS, Design, design, improvement_factor
@@ -15,7 +16,7 @@ from dprivacy.universe import Universe
 from dprivacy.workload import Workload
 
 __all__ = [
-    "LOSSES", "METHODS", "AuditResult", "DXExponential", "DXLaplace", "DXMWEM", "DXSmallDB",
+    "Accountant", "LOSSES", "METHODS", "AuditResult", "DXExponential", "DXLaplace", "DXMWEM", "DXSmallDB",
     "Design", "Laplace", "MechanismConfig", "Universe", "Workload", "audit", "data", "design",
     "__version__", "errors", "group_privacy_loss", "improvement_factor", "metrics", "noise",
 ]

@@ -19,6 +19,8 @@ Sampling uses the fast numpy path (``secure=False``) with the audit's ``rng``.
 
 from __future__ import annotations
 
+import inspect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +28,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import beta as beta_dist
 
+from dprivacy.accounting import Accountant
 from dprivacy.errors import ValidationError
 from dprivacy.mechanisms.laplace import check_histogram
 from dprivacy.noise import resolve_rng
@@ -69,8 +72,15 @@ def _log_ratio_lower(kp: int, kq: int, n: int, alpha: float) -> float:
 
 
 def _draw(mechanism: Any, x: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
-    outs = [np.atleast_1d(np.asarray(mechanism.release(x, rng=rng, secure=False), dtype=float))
-            for _ in range(k)]
+    # an audit samples the mechanism on synthetic neighbouring histograms: a simulation, so its
+    # releases are counted on an unlimited accountant of their own
+    try:
+        takes = "accountant" in inspect.signature(mechanism.release).parameters
+    except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
+        takes = False
+    kw = {"accountant": Accountant(total=math.inf, name="audit simulation")} if takes else {}
+    outs = [np.atleast_1d(np.asarray(mechanism.release(x, rng=rng, secure=False, **kw),
+                                     dtype=float)) for _ in range(k)]
     return np.vstack(outs)
 
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from dprivacy.design import Design
 from dprivacy.errors import ConfigError, ConfigMismatchError, ValidationError
+from dprivacy.fingerprints import ENCODING
 from dprivacy.mechanisms.exponential import DXExponential
 from dprivacy.mechanisms.laplace import DXLaplace
 from dprivacy.mechanisms.mwem import DXMWEM
@@ -39,7 +40,11 @@ if TYPE_CHECKING:
     from dprivacy.universe import Universe
 
 SCHEMA = "dprivacy.mechanism-config"
-VERSION = 1
+#: The version this dprivacy writes; it reads every version in READABLE.
+VERSION = 2
+READABLE = (1, 2)
+#: Fingerprints of version-1 configs (pandas' CSV writer, budget bytes): read, never written.
+LEGACY_ENCODING = "dprivacy-fp-1"
 KINDS: dict[str, type] = {"laplace": DXLaplace, "exponential": DXExponential,
                           "smalldb": DXSmallDB, "mwem": DXMWEM}
 #: Mechanism parameters beyond (w, beta) that each kind stores.
@@ -93,14 +98,19 @@ def _metric_params(metric: Metric) -> dict[str, Any]:
     return {"params": json.loads(text)}
 
 
-def _identity_parts(universe: Universe, metric: Metric, workload: Workload) -> dict[str, Any]:
+def _identity_parts(universe: Universe, metric: Metric, workload: Workload,
+                    encoding: str = ENCODING) -> dict[str, Any]:
     """Fingerprint builders per part, in checking order (each computed only when needed)."""
+    legacy = encoding == LEGACY_ENCODING
     return {
-        "universe": lambda: {"N": universe.N, "fingerprint": universe.fingerprint()},
+        "universe": lambda: {"N": universe.N, "fingerprint": universe.legacy_fingerprint_v1()
+                             if legacy else universe.fingerprint()},
         "metric": lambda: {"name": metric.name, **_metric_params(metric),
-                           "fingerprint": metric.fingerprint(universe)},
+                           "fingerprint": metric.legacy_fingerprint_v1(universe) if legacy
+                           else metric.fingerprint(universe)},
         "workload": lambda: {"m": workload.m, "N": workload.N,
-                             "fingerprint": workload.fingerprint()},
+                             "fingerprint": workload.legacy_fingerprint_v1() if legacy
+                             else workload.fingerprint()},
     }
 
 
@@ -145,6 +155,7 @@ class MechanismConfig:
     report: dict
     params: dict
     identity: dict
+    encoding: str = field(default=ENCODING, compare=False)
     _bound: tuple | None = field(default=None, repr=False, compare=False)
 
     # ------------------------------------------------------------ building
@@ -193,7 +204,11 @@ class MechanismConfig:
     # ------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
         """The JSON document (strict JSON; floats lossless)."""
-        return {"schema": SCHEMA, "version": VERSION, "kind": self.kind,
+        head: dict[str, Any] = {"schema": SCHEMA, "version": VERSION,
+                                "fingerprint_encoding": ENCODING}
+        if self.encoding == LEGACY_ENCODING:  # an unbound version-1 config stays version 1
+            head = {"schema": SCHEMA, "version": 1}
+        return {**head, "kind": self.kind,
                 "design": {"w": to_json(self.w), "beta": to_json(self.beta),
                            "method": self.method, "loss": self.loss,
                            "objective": to_json(self.objective), "report": to_json(self.report)},
@@ -225,13 +240,27 @@ class MechanismConfig:
     @classmethod
     def from_dict(cls, doc: Any) -> MechanismConfig:
         """Parse a config document (structure only; no input check: use :meth:`load`)."""
+        try:
+            return cls._from_dict(doc)
+        except RecursionError as exc:
+            raise ConfigError("the config is nested too deeply to be a mechanism config "
+                              "(corrupted or hostile file)") from exc
+
+    @classmethod
+    def _from_dict(cls, doc: Any) -> MechanismConfig:
         if not isinstance(doc, dict):
             raise ConfigError("a mechanism config is a JSON object")
         if doc.get("schema") != SCHEMA:
             raise ConfigError(f"schema = {doc.get('schema')!r}: not a {SCHEMA!r} file")
-        if doc.get("version") != VERSION:
-            raise ConfigError(f"unknown config version {doc.get('version')!r}: this dprivacy reads "
-                              f"version {VERSION}; upgrade dprivacy or re-export the config")
+        version = doc.get("version")
+        if isinstance(version, bool) or version not in READABLE:
+            raise ConfigError(f"unknown config version {_short(version)}: this dprivacy reads "
+                              f"versions {', '.join(map(str, READABLE))}; upgrade dprivacy or "
+                              "re-export the config")
+        encoding = LEGACY_ENCODING if version == 1 else doc.get("fingerprint_encoding")
+        if encoding != ENCODING and encoding != LEGACY_ENCODING:
+            raise ConfigError(f"unknown fingerprint encoding {_short(encoding)}: this dprivacy "
+                              f"reads {ENCODING!r}; upgrade dprivacy or re-export the config")
         try:
             kind, d = doc["kind"], doc["design"]
             w, beta = _float_array(d["w"], "w"), _float_array(d["beta"], "beta")
@@ -250,7 +279,7 @@ class MechanismConfig:
             raise ConfigError(f"w {w.shape} and beta {beta.shape} must be vectors of one length")
         return cls(kind=kind, w=_ro(w), beta=_ro(beta), method=method, loss=loss,
                    objective=float(objective), report=from_json(report),
-                   params=from_json(params), identity=identity)
+                   params=from_json(params), identity=identity, encoding=encoding)
 
     @classmethod
     def load(cls, path: str | os.PathLike, universe: Universe, metric: Metric,
@@ -273,13 +302,16 @@ class MechanismConfig:
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{str(path)!r} is not valid JSON (truncated or corrupted?): "
                               f"{exc}") from exc
+        except RecursionError as exc:
+            raise ConfigError(f"{str(path)!r} is nested too deeply to be a mechanism config "
+                              "(corrupted or hostile file)") from exc
         cfg = cls.from_dict(doc)
         return cfg.bind(workload, universe, metric)
 
     # ------------------------------------------------------------ verification
     def check_inputs(self, workload: Workload, universe: Universe, metric: Metric) -> None:
         """Raise :class:`ConfigMismatchError` naming the first input that differs."""
-        parts = _identity_parts(universe, metric, workload)
+        parts = _identity_parts(universe, metric, workload, self.encoding)
         keys = {"universe": ("N", "fingerprint"),
                 "metric": ("name", "params", "params_sha256", "fingerprint"),
                 "workload": ("m", "N", "fingerprint")}
@@ -307,9 +339,12 @@ class MechanismConfig:
             mech = _build(self.kind, workload, d, universe, metric, dict(self.params))
         except ValidationError as exc:
             raise ConfigError(f"config parameters are invalid for {self.kind}: {exc}") from exc
-        return MechanismConfig(**{f.name: getattr(self, f.name) for f in fields(self)
-                                  if f.name != "_bound"},
-                               _bound=(workload, universe, metric, mech))
+        same = {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in ("_bound", "identity", "encoding")}
+        # verified against these inputs: from now on the config carries today's fingerprints
+        # (a version-1 file re-saved is written in the current version)
+        return MechanismConfig(**same, identity=_identity(universe, metric, workload),
+                               encoding=ENCODING, _bound=(workload, universe, metric, mech))
 
     def design(self) -> Design:
         """The Design (with the constraint set of the bound universe and metric)."""

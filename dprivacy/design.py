@@ -7,6 +7,7 @@ privacy condition of every design is Theorem 1: sum_k beta_k w_k |F_ki - F_kj| <
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -179,18 +180,32 @@ def design(
     return d
 
 
+class ImprovementFactorWarning(UserWarning):
+    """Some queries were left out of the improvement factor (w = 0, or answered exactly)."""
+
+
 def improvement_factor(
     workload: Workload, universe: Universe, metric: Metric, design: Design, *,
     per_query: bool = False,
 ) -> float | np.ndarray:
-    """The paper's improvement factor IF (spec §3.9-§3.10): baseline noise / designed noise.
+    """The paper's improvement factor IF (eq. (6)): baseline noise / designed noise.
 
     The baseline is the eps_min-DP Laplace mechanism, scale Delta F / eps_min on every query;
     query k of the design has scale 1 / beta_k, so IF_k = beta_k Delta F / eps_min.  For m = 1
-    this is beta* Delta f / eps_min >= 1; for m > 1 the geometric mean over queries is returned
-    (queries answered exactly, beta_k = inf, are left out of the mean).  ``per_query=True``
-    returns the vector IF_k.  eps_min is taken over pairs of positive distance (zero-distance
-    elements are indistinguishable, i.e. merged, spec §9.3).
+    this is beta* Delta f / eps_min >= 1; for m > 1 the geometric mean over queries is returned.
+    Queries answered exactly (beta_k = inf) and queries with w_k = 0 (their answer is 0 plus
+    noise: it carries no information, so beta_k means nothing) are left out of the mean, with an
+    :class:`ImprovementFactorWarning` naming them; ``per_query=True`` returns the vector IF_k
+    (inf for exact answers, NaN for w_k = 0).  eps_min is taken over pairs of positive distance
+    (zero-distance elements are indistinguishable, i.e. merged).
+
+    Examples
+    --------
+    >>> import numpy as np, dprivacy as dp
+    >>> U = dp.Universe.from_points(np.array([[0.0], [1.0], [3.0]]))
+    >>> W, M = dp.Workload([[0.0, 1.0, 2.0]]), dp.metrics.Euclidean(1.0)
+    >>> float(improvement_factor(W, U, M, dp.design(W, U, M, method="closed_form")))
+    2.0
     """
     workload.check_universe(universe)
     if design.m != workload.m:
@@ -201,12 +216,29 @@ def improvement_factor(
         raise ValidationError("no pair is constrained (eps_min = inf): IF is undefined")
     if dF == 0:
         raise ValidationError("every query is constant (Delta F = 0): IF is undefined (0/0)")
-    per = design.beta * dF / eps_min
+    silent = np.asarray(design.w) == 0
+    per = np.where(silent, np.nan, design.beta * dF / eps_min)
     if per_query:
         return per
-    finite = per[np.isfinite(per)]
+    exact = ~silent & np.isinf(per)
+    if silent.any() or exact.any():
+        parts = []
+        if silent.any():
+            parts.append(f"{int(silent.sum())} with w = 0 (answered by 0: no information) "
+                         f"{_first(np.flatnonzero(silent))}")
+        if exact.any():
+            parts.append(f"{int(exact.sum())} answered exactly (beta = inf) "
+                         f"{_first(np.flatnonzero(exact))}")
+        warnings.warn(f"improvement factor: left {' and '.join(parts)} out of the geometric mean "
+                      f"over {workload.m} queries", ImprovementFactorWarning, stacklevel=2)
+    finite = per[~silent & np.isfinite(per)]
     if finite.size == 0:
-        return float("inf")
+        return float("inf") if exact.any() else float("nan")
     if np.any(finite == 0):
         return 0.0
     return float(np.exp(np.mean(np.log(finite))))
+
+
+def _first(idx: np.ndarray, k: int = 8) -> str:
+    shown = ", ".join(map(str, idx[:k].tolist()))
+    return f"(queries {shown}{', ...' if idx.size > k else ''})"

@@ -1,7 +1,7 @@
-"""The data universe X = {chi_1, ..., chi_N} (spec §1.1) and histograms of records over it.
+"""The data universe X = {chi_1, ..., chi_N} (paper §2.1) and histograms of records over it.
 
 A :class:`Universe` is an ordered table of N distinct elements.  Each element is a complete tuple of
-attribute values (spec §1.1, "every element is a complete tuple") and/or a point with coordinates.
+attribute values ("every element is a complete tuple") and/or a point with coordinates.
 Records (rows of a pandas DataFrame) are mapped to elements through the universe's *key columns*,
 and a database of n records becomes the histogram x in N^N with ||x||_1 = n.
 """
@@ -12,12 +12,14 @@ import hashlib
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Literal
 
 import numpy as np
 import pandas as pd
 
 from dprivacy.errors import ShapeError, UnknownRecordError, ValidationError
+from dprivacy.fingerprints import Hasher, canonical_json, values_bytes
 
 OnUnknown = Literal["raise", "drop"]
 
@@ -55,28 +57,54 @@ class Universe:
             raise ValidationError("Universe.elements must be a pandas DataFrame")
         if len(self.elements) == 0:
             raise ValidationError("a universe needs at least one element")
-        missing = [c for c in self.key_columns if c not in self.elements.columns]
+        if isinstance(self.key_columns, str):
+            raise ValidationError(f"key_columns = {self.key_columns!r}: give a sequence of column "
+                                  f"names, e.g. ({self.key_columns!r},)")
+        keys = tuple(self.key_columns)
+        if not keys:
+            raise ValidationError("a universe needs at least one key column")
+        object.__setattr__(self, "key_columns", keys)
+        missing = [c for c in keys if c not in self.elements.columns]
         if missing:
             raise ValidationError(f"key columns {missing} are not columns of the elements table")
-        if self.elements[list(self.key_columns)].duplicated().any():
-            dup = self.elements[self.elements[list(self.key_columns)].duplicated()].head(3)
+        # frozen at the boundary: our own deep copy, read-only where pandas allows it
+        el = self.elements.copy(deep=True)
+        for c in keys:
+            na = el[c].isna().to_numpy()
+            if na.any():
+                i = int(np.flatnonzero(na)[0])
+                raise ValidationError(
+                    f"key column {c!r} has {int(na.sum())} missing value(s) (NaN/None), the first "
+                    f"at element {i}: every element is a complete tuple of key values; fill them "
+                    "with a real value (e.g. 'unknown') or drop those elements"
+                )
+        if el[list(keys)].duplicated().any():
+            dup = el[el[list(keys)].duplicated()].head(3)
             raise ValidationError(
                 f"universe elements must be distinct; duplicated keys, e.g.\n{dup.to_string()}"
             )
+        _read_only(el)
+        object.__setattr__(self, "elements", el)
+        if self.domains is not None:
+            object.__setattr__(self, "domains", MappingProxyType(
+                {str(a): tuple(v) for a, v in self.domains.items()}))
         if self.coords is not None:
-            c = np.asarray(self.coords)
-            if c.ndim != 2 or c.shape[0] != len(self.elements):
+            xy = np.asarray(self.coords)
+            if xy.ndim != 2 or xy.shape[0] != len(self.elements):
                 raise ShapeError(
-                    f"coords has shape {c.shape}; expected ({len(self.elements)}, d)"
+                    f"coords has shape {xy.shape}; expected ({len(self.elements)}, d)"
                 )
-            if not np.all(np.isfinite(c)):
-                bad = np.argwhere(~np.isfinite(c))[0]
+            try:
+                xy = np.array(xy, dtype=float, copy=True)
+            except (TypeError, ValueError) as exc:
+                raise ValidationError(f"coords must be numbers: {exc}") from exc
+            if not np.all(np.isfinite(xy)):
+                bad = np.argwhere(~np.isfinite(xy))[0]
                 raise ValidationError(
-                    f"coords[{bad[0]}, {bad[1]}] = {c[bad[0], bad[1]]}: coordinates must be finite"
+                    f"coords[{bad[0]}, {bad[1]}] = {xy[bad[0], bad[1]]}: coordinates must be finite"
                 )
-            c = np.array(c, dtype=float, copy=True)
-            c.setflags(write=False)
-            object.__setattr__(self, "coords", c)
+            xy.setflags(write=False)
+            object.__setattr__(self, "coords", xy)
 
     # ------------------------------------------------------------------ builders
     @classmethod
@@ -184,7 +212,35 @@ class Universe:
         return int(np.prod(sizes, dtype=float)) == self.N
 
     def fingerprint(self) -> str:
-        """sha256 of the elements in order (key columns, their values and the coordinates)."""
+        """sha256 of the elements in order: key column names, their values and the coordinates.
+
+        Canonical and versioned (:mod:`dprivacy.fingerprints`): it does not depend on how pandas
+        prints values, and equal values give equal fingerprints whatever their dtype (1 == 1.0).
+        Computed once (a universe is immutable).
+        """
+        cached = self.__dict__.get("_fingerprint")
+        if cached is None:
+            h = Hasher("universe").add(canonical_json(list(self.key_columns))).add(str(self.N))
+            for c in self.key_columns:
+                h.add(values_bytes(self.elements[c]))
+            if self.coords is not None:
+                h.add(canonical_json(list(self.coords.shape)))
+                h.add(np.ascontiguousarray(self.coords, dtype="<f8").tobytes())
+            cached = h.hexdigest()
+            self.__dict__["_fingerprint"] = cached
+        return cached
+
+    def column_fingerprint(self, columns: Sequence[str]) -> str:
+        """Canonical sha256 of the values of ``columns`` (e.g. a budget column a metric reads)."""
+        h = Hasher("columns")
+        for c in columns:
+            if c not in self.elements.columns:
+                raise ValidationError(f"column {c!r} is not a column of the universe's elements")
+            h.add(c).add(values_bytes(self.elements[c]))
+        return h.hexdigest()
+
+    def legacy_fingerprint_v1(self) -> str:
+        """The fingerprint of config version 1 (pandas' CSV writer); only to read old configs."""
         h = hashlib.sha256()
         h.update(repr(self.key_columns).encode())
         h.update(self.elements[list(self.key_columns)].to_csv(index=False).encode())
@@ -230,7 +286,7 @@ class Universe:
         return idx
 
     def histogram(self, records: pd.DataFrame, on_unknown: OnUnknown = "raise") -> np.ndarray:
-        """Counts of records per element: the histogram x with ||x||_1 = n (spec §1.1).
+        """Counts of records per element: the histogram x with ||x||_1 = n (paper §2.1).
 
         With ``on_unknown="drop"`` unknown records are dropped; their number is available as
         ``len(records) - x.sum()``.
@@ -241,6 +297,18 @@ class Universe:
     def check_histogram(self, x: np.ndarray) -> np.ndarray:
         """Validate a histogram for this universe: shape (N,), finite, non-negative."""
         return check_histogram(x, self.N)
+
+
+def _read_only(df: pd.DataFrame) -> None:
+    """Make the numpy blocks of ``df`` read-only (best effort: pandas' internals may change;
+    the deep copy made before is what protects against the caller's later writes)."""
+    try:
+        for blk in df._mgr.blocks:
+            vals = getattr(blk, "values", None)
+            if isinstance(vals, np.ndarray):
+                vals.setflags(write=False)
+    except (AttributeError, ValueError):  # pragma: no cover - other pandas internals
+        pass
 
 
 def check_histogram(x, N: int) -> np.ndarray:  # noqa: N803

@@ -1,4 +1,4 @@
-"""Workloads: the query matrix F (m x N) of m linear queries, and its builders (spec §1.1, §2).
+"""Workloads: the query matrix F (m x N) of m linear queries, and its builders (paper §2, Definition 3).
 
 Query k answers <F_k, x> on a histogram x.  Under bounded neighbours (one record moves from chi_i to
 chi_j) the generalised sensitivity of the pair is Delta_ij F = sum_k |F_ki - F_kj| and the global
@@ -11,12 +11,14 @@ import hashlib
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.spatial.distance import cdist
 
 from dprivacy.errors import ShapeError, ValidationError
+from dprivacy.fingerprints import Hasher, matrix_bytes
 from dprivacy.noise import resolve_rng
 from dprivacy.universe import Universe
 
@@ -24,8 +26,12 @@ from dprivacy.universe import Universe
 def _as_matrix(F) -> np.ndarray | sp.csr_array:
     A: np.ndarray | sp.csr_array
     if sp.issparse(F):
-        A = sp.csr_array(F, dtype=float)  # type: ignore[call-overload]  # stubs: no sparse + dtype form
-        data = A.data
+        # our own copy (csr_array(F) alone may share F's arrays): the caller's later writes to
+        # F.data / F.indices / F.indptr change nothing here
+        S: Any = sp.csr_array(cast(Any, F), dtype=cast(Any, float), copy=True)
+        S.sum_duplicates()
+        S.sort_indices()
+        A, data = S, S.data
     else:
         try:
             A = np.array(F, dtype=float)
@@ -49,7 +55,35 @@ def _as_matrix(F) -> np.ndarray | sp.csr_array:
         )
     if A.shape[0] == 0 or A.shape[1] == 0:
         raise ShapeError(f"F has shape {A.shape}: need at least one query and one element")
+    mag = np.abs(data)
+    huge = mag > _HUGE
+    tiny = (mag > 0) & (mag < _TINY)
+    if huge.any() or tiny.any():
+        k, i, v = _first_entry(A, huge if huge.any() else tiny)
+        if huge.any():
+            raise ValidationError(
+                f"F[{k}, {i}] = {v:.6g}: too large, differences of coefficients would overflow "
+                f"float64 (above {np.finfo(float).max:.3g}) and look infinite; rescale the queries"
+            )
+        raise ValidationError(
+            f"F[{k}, {i}] = {v:.3g} is subnormal (non-zero but below {_TINY:.3g}): too small to "
+            "compute with (the noise precision would overflow); rescale the queries or use 0"
+        )
     return A
+
+
+_HUGE = np.finfo(float).max / 2
+_TINY = np.finfo(float).tiny
+
+
+def _first_entry(A: np.ndarray | sp.csr_array, mask: np.ndarray) -> tuple[int, int, float]:
+    """(row, column, value) of the first entry of A where ``mask`` (over its stored values)."""
+    if sp.issparse(A):
+        coo = A.tocoo()
+        t = int(np.flatnonzero(mask)[0])
+        return int(coo.row[t]), int(coo.col[t]), float(coo.data[t])
+    k, i = np.argwhere(mask)[0]
+    return int(k), int(i), float(A[k, i])
 
 
 @dataclass(frozen=True, eq=False)
@@ -73,6 +107,9 @@ class Workload:
         A = _as_matrix(self.F)
         if isinstance(A, np.ndarray):
             A.setflags(write=False)
+        else:
+            for arr in (A.data, A.indices, A.indptr):
+                arr.setflags(write=False)
         object.__setattr__(self, "F", A)
         if self.names is not None:
             names = tuple(str(n) for n in self.names)
@@ -155,7 +192,16 @@ class Workload:
         return best
 
     def fingerprint(self) -> str:
-        """sha256 of F (shape and values, dense little-endian float64)."""
+        """sha256 of F's shape and values (canonical CSR bytes: the same for a dense and a sparse
+        F with equal values; see :mod:`dprivacy.fingerprints`). Computed once (F is frozen)."""
+        cached = self.__dict__.get("_fingerprint")
+        if cached is None:
+            cached = Hasher("workload").add(matrix_bytes(self.F)).hexdigest()
+            self.__dict__["_fingerprint"] = cached
+        return cached
+
+    def legacy_fingerprint_v1(self) -> str:
+        """The fingerprint of config version 1 (dense bytes); only to read old configs."""
         h = hashlib.sha256()
         h.update(repr(self.shape).encode())
         h.update(np.ascontiguousarray(self.dense(), dtype="<f8").tobytes())
@@ -165,7 +211,7 @@ class Workload:
     @classmethod
     def random_uniform(cls, m: int, N: int, low: float = 0.0, high: float = 1.0,  # noqa: N803
                        rng=None) -> Workload:
-        """m queries with i.i.d. U[low, high) coefficients (spec §7.2 P5)."""
+        """m queries with i.i.d. U[low, high) coefficients (as in the paper's §4 experiments)."""
         _check_mn(m, N)
         return cls(resolve_rng(rng).uniform(low, high, size=(m, N)))
 
@@ -206,7 +252,7 @@ class Workload:
         """All k-way marginals over ``attributes`` (default: the key attributes).
 
         One counting query per attribute subset S (|S| = k) and per value combination of S:
-        it counts the records whose attributes in S take those values (spec §8.2).
+        it counts the records whose attributes in S take those values (paper Appendix C).
         """
         attrs = list(attributes) if attributes is not None else list(universe.key_columns)
         missing = [a for a in attrs if a not in universe.elements.columns]

@@ -132,7 +132,8 @@ def test_malformed_files_are_refused(inputs, configs, tmp_path):
         "empty": "",
         "array": "[1, 2, 3]",
         "schema": good.replace(SCHEMA, "something.else"),
-        "version": good.replace('"version": 1', '"version": 2'),
+        "version": good.replace('"version": 2', '"version": 99'),
+        "encoding": good.replace('"dprivacy-fp-2"', '"dprivacy-fp-99"'),
         "kind": good.replace('"kind": "laplace"', '"kind": "gaussian"'),
         "w_type": good.replace('"w": [', '"w": ["one", '),
     }
@@ -142,7 +143,9 @@ def test_malformed_files_are_refused(inputs, configs, tmp_path):
         with pytest.raises(ConfigError) as info:
             MechanismConfig.load(p, U, M, W)
         assert not isinstance(info.value, ConfigMismatchError), name
-    with pytest.raises(ConfigError, match="unknown config version 2"):
+    with pytest.raises(ConfigError, match="unknown fingerprint encoding"):
+        MechanismConfig.load(tmp_path / "encoding.json", U, M, W)
+    with pytest.raises(ConfigError, match="unknown config version 99"):
         MechanismConfig.load(tmp_path / "version.json", U, M, W)
     with pytest.raises(ConfigError, match="cannot read"):
         MechanismConfig.load(tmp_path / "missing.json", U, M, W)
@@ -175,3 +178,97 @@ def test_universe_is_checked_before_a_metric_that_cannot_apply(inputs, tmp_path)
     with pytest.raises(ConfigMismatchError, match="another universe"):
         MechanismConfig.load(path, U2, M, W2)
     assert MechanismConfig.load(path, U, M, W).to_mechanism().kind == "laplace"
+
+
+@pytest.mark.parametrize("kind", ["laplace", "exponential", "smalldb", "mwem"])
+def test_a_self_certified_config_is_refused(inputs, configs, tmp_path, kind):
+    """beta x 100 with the metric's eps x 100 and every fingerprint recomputed consistently: the
+    file vouches for itself, but load() takes the metric from the caller, so it is refused."""
+    U, M, W = inputs
+    path = configs[kind].save(tmp_path / "c.json")
+    fake = metrics.Euclidean(100.0)
+    forged = {"name": fake.name, "params": fake.params(), "fingerprint": fake.fingerprint(U)}
+
+    def forge(doc):
+        doc["design"]["beta"] = [b * 100 for b in doc["design"]["beta"]]
+        doc["metric"] = forged
+        doc["universe"]["fingerprint"] = U.fingerprint()
+        doc["workload"]["fingerprint"] = W.fingerprint()
+
+    _tamper(path, forge)
+    assert MechanismConfig.load(path, U, fake, W).beta[0] > 0  # consistent with its own claim
+    with pytest.raises(ConfigMismatchError, match="another metric"):
+        MechanismConfig.load(path, U, M, W)  # ... but not with the caller's metric
+
+    def forge_keep_identity(doc):  # keep the true metric identity: the privacy check refuses
+        doc["metric"] = configs[kind].to_dict()["metric"]
+
+    _tamper(path, forge_keep_identity)
+    with pytest.raises(PrivacyViolationError):
+        MechanismConfig.load(path, U, M, W)
+
+
+def test_version_1_configs_still_load(inputs, configs, tmp_path):
+    """Config version 1 (fingerprints through pandas' CSV writer) is still read, with its own
+    fingerprints; a version-1 file with version-2 fingerprints is a mismatch."""
+    U, M, W = inputs
+    doc = configs["laplace"].to_dict()
+    doc["version"] = 1
+    del doc["fingerprint_encoding"]
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ConfigMismatchError):
+        MechanismConfig.load(path, U, M, W)
+    doc["universe"]["fingerprint"] = U.legacy_fingerprint_v1()
+    doc["metric"]["fingerprint"] = M.legacy_fingerprint_v1(U)
+    doc["workload"]["fingerprint"] = W.legacy_fingerprint_v1()
+    path.write_text(json.dumps(doc))
+    back = MechanismConfig.load(path, U, M, W)
+    assert back.to_mechanism().kind == "laplace" and back.encoding == "dprivacy-fp-2"
+    assert MechanismConfig.from_dict(doc).to_dict()["version"] == 1  # unbound: kept as read
+    saved = back.save(tmp_path / "again.json")  # re-saved in the current version
+    assert json.loads(saved.read_text())["version"] == 2
+    assert MechanismConfig.load(saved, U, M, W) == back
+
+
+def test_golden_configs_keep_loading(tmp_path):
+    """Configs written by dprivacy 0.1 (tests/data/golden) load, verify and release with the
+    inputs rebuilt from tests/golden_inputs.py, in this and every later version."""
+    from tests.golden_inputs import GOLDEN, inputs
+
+    cases = inputs()
+    assert sorted(p.stem for p in GOLDEN.glob("*.json")) == sorted(cases)
+    for name, (U, M, W, kind) in cases.items():
+        doc = json.loads((GOLDEN / f"{name}.json").read_text())
+        assert doc["version"] == 2 and doc["fingerprint_encoding"] == "dprivacy-fp-2", name
+        cfg = MechanismConfig.load(GOLDEN / f"{name}.json", U, M, W)
+        assert cfg.kind == kind
+        mech = cfg.to_mechanism()
+        x = np.arange(1, U.N + 1)
+        out = mech.release(x, rng=0, secure=False, accountant=dp.Accountant(total=1))
+        assert np.all(np.isfinite(np.atleast_1d(out)))
+        # the recorded fingerprints are exactly today's (the encoding did not drift)
+        assert doc["universe"]["fingerprint"] == U.fingerprint(), name
+        assert doc["metric"]["fingerprint"] == M.fingerprint(U), name
+        assert doc["workload"]["fingerprint"] == W.fingerprint(), name
+        # and other inputs are refused
+        with pytest.raises(ConfigMismatchError):
+            MechanismConfig.load(GOLDEN / f"{name}.json", U, M,
+                                 dp.Workload(W.dense() * 2))
+
+
+def test_deeply_nested_files_are_config_errors(inputs, configs, tmp_path):
+    U, M, W = inputs
+    p = tmp_path / "deep.json"
+    p.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        MechanismConfig.load(p, U, M, W)
+    doc = configs["laplace"].to_dict()
+    deep: dict = {}
+    cur = deep
+    for _ in range(50_000):
+        cur["a"] = {}
+        cur = cur["a"]
+    doc["design"]["report"] = deep
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        MechanismConfig.from_dict(doc)

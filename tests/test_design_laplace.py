@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -97,7 +100,9 @@ def test_release_mean_and_variance_match_eq5():
     x = np.array([3, 5, 2, 7])
     n_samples = 40_000
     rng = np.random.default_rng(11)
-    out = np.array([mech.release(x, rng=rng, secure=False) for _ in range(n_samples)])
+    sim = dp.Accountant(total=math.inf)  # a simulation on a synthetic histogram
+    out = np.array([mech.release(x, rng=rng, secure=False, accountant=sim)
+                    for _ in range(n_samples)])
     mean = np.array([0.9, 1.0]) * (W.dense() @ x)
     var = 2 / np.array([0.25, 0.5]) ** 2
     # mean within 5 standard errors, variance within 5 standard errors (Laplace kurtosis 6)
@@ -114,7 +119,8 @@ def test_secure_release_is_default_and_has_right_spread():
     W = dp.Workload([[0.0, 1.0, 2.0]])
     mech = dp.DXLaplace(W, dp.design(W, U, metrics.Euclidean(2.0), method="closed_form"))
     x = np.array([1, 2, 3])
-    out = np.array([mech.release(x)[0] for _ in range(4000)])
+    sim = dp.Accountant(total=math.inf)
+    out = np.array([mech.release(x, accountant=sim)[0] for _ in range(4000)])
     b = mech.noise_scale[0]
     assert b == pytest.approx(0.5)
     assert abs(out.mean() - 8.0) < 5 * np.sqrt(2 * b**2 / 4000)
@@ -223,3 +229,62 @@ def test_privacy_loss_dense_and_sparse_workloads():
         for i, j in [(0, 1), (1, 3), (2, 0)]:
             assert mech.privacy_loss(i, j) == pytest.approx(np.sum(u * np.abs(F[:, i] - F[:, j])))
             assert mech.privacy_loss(i, j) <= M.budget(U)[i, j] * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("sparse", [True, False])
+def test_mutating_inputs_after_verification_changes_nothing_released(sparse):
+    """The caller's arrays (coordinates, element budgets, a dense or sparse F) are copied at the
+    boundary: editing them after the design is verified changes no release and no check."""
+    import scipy.sparse as sp
+
+    from dprivacy.config import MechanismConfig
+
+    coords = np.array([[0.0], [1.0], [3.0], [4.0]])
+    e = np.array([1.0, 2.0, 1.0, 3.0])
+    dense = np.array([[0.0, 1.0, 2.0, 0.0], [1.0, 0.0, 0.0, 3.0]])
+    F = sp.csr_array(dense.copy()) if sparse else dense
+    U, M, W = dp.Universe.from_points(coords), metrics.ElementWise(e), dp.Workload(F)
+    d = dp.design(W, U, M, method="uniform")
+    mech = dp.DXLaplace(W, d, universe=U, metric=M)
+    cfg = MechanismConfig.from_mechanism(mech, U, M)
+    x = np.array([3, 1, 4, 1])
+    acc = dp.Accountant(total=3)
+    y1 = mech.release(x, rng=7, secure=False, accountant=acc)
+    fps = (U.fingerprint(), M.fingerprint(U), W.fingerprint())
+    coords *= 100.0
+    e[:] = 1e6
+    if sparse:
+        F.data[:] = 1e-6
+        F.indices[:] = 0
+    else:
+        F[:] = 1e-6
+    y2 = mech.release(x, rng=7, secure=False, accountant=acc)
+    np.testing.assert_array_equal(y1, y2)
+    assert (U.fingerprint(), M.fingerprint(U), W.fingerprint()) == fps
+    again = cfg.bind(W, U, M).to_mechanism()  # re-verified against the frozen inputs
+    assert again.max_ratio_ == mech.max_ratio_
+    np.testing.assert_array_equal(again.release(x, rng=7, secure=False, accountant=acc), y1)
+
+
+def test_if_leaves_out_queries_with_zero_weight_and_says_so():
+    """A query with w = 0 is answered by 0 (plus meaningless noise): its beta says nothing, so
+    it is left out of the mean (before: IF ~ 1e12), like a query answered exactly."""
+    from dprivacy.design import ImprovementFactorWarning
+
+    U = dp.Universe.from_points(np.array([[0.0], [1.0], [3.0]]))
+    M = metrics.Euclidean(1.0)
+    W = dp.Workload([[0.0, 1.0, 2.0], [1.0, 0.0, 0.0], [0.0, 0.0, 5.0]])
+    d = dp.Design([0.5, 0.0, 1.0], [0.4, 1e12, np.inf], constraints=M.constraint_set(U))
+    dF, e = W.sensitivity(), M.eps_min(U)
+    with pytest.warns(ImprovementFactorWarning, match=r"1 with w = 0 .*queries 1\).* 1 answered "
+                                                       r"exactly .*queries 2\)"):
+        geo = dp.improvement_factor(W, U, M, d)
+    assert geo == pytest.approx(0.4 * dF / e)
+    per = dp.improvement_factor(W, U, M, d, per_query=True)
+    assert per[0] == pytest.approx(0.4 * dF / e) and np.isnan(per[1]) and np.isinf(per[2])
+    silent = dp.Design([0.0, 0.0, 0.0], [1e12, 1.0, 1.0], constraints=M.constraint_set(U))
+    with pytest.warns(ImprovementFactorWarning, match="3 with w = 0"):
+        assert np.isnan(dp.improvement_factor(W, U, M, silent))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing left out: no warning
+        dp.improvement_factor(W, U, M, dp.Design([1.0, 1.0, 1.0], [0.1, 0.1, 0.1]))

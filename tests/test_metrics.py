@@ -5,12 +5,13 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.sparse.csgraph import shortest_path
 
-from dprivacy import Universe, metrics
+from dprivacy import Universe, Workload, metrics
 from dprivacy.errors import MetricError, ShapeError, TriangleInequalityError, ValidationError
 from dprivacy.metrics import ClosureWarning
 
@@ -69,7 +70,8 @@ def test_attribute_metrics_are_metrics_and_edges_suffice(sizes, ws):
 
 
 @settings(max_examples=20, deadline=None)
-@given(st.lists(st.floats(0.0, 5), min_size=2, max_size=10))
+@given(st.lists(st.floats(0.0, 5).filter(lambda v: v == 0 or v > 1e-300), min_size=2,
+                max_size=10))
 def test_elementwise_is_metric(e):
     U = Universe.from_points(np.arange(len(e), dtype=float))
     assert_metric(metrics.ElementWise(np.array(e)).budget(U))
@@ -203,7 +205,7 @@ def test_fingerprint_changes_with_parameters():
 
 @settings(max_examples=30, deadline=None)
 @given(st.integers(2, 10), st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9),
-                                              st.floats(0.0, 4.0)), max_size=25))
+                                              st.floats(0.0, 4.0, allow_subnormal=False)), max_size=25))
 def test_random_graph_and_matrix_metrics(n, raw_edges):
     U = Universe.from_points(np.arange(n, dtype=float))
     edges = [(i % n, j % n, w) for i, j, w in raw_edges if i % n != j % n]
@@ -230,3 +232,134 @@ def test_min_rule_on_binary_attributes_is_attribute_weighted(pairs):
     aw = metrics.AttributeWeighted({a: min(p) for a, p in zip(doms, pairs, strict=True)})
     np.testing.assert_allclose(vw.budget(U), aw.budget(U))
     assert_metric(vw.budget(U))
+
+
+def test_budget_cache_is_keyed_on_the_budget_column():
+    """The cache key covers the ElementWise budget column (before: only the key columns)."""
+    keys = ["a", "b", "c"]
+    U1 = Universe(pd.DataFrame({"k": keys, "e": [1.0, 2.0, 3.0]}), ("k",))
+    U2 = Universe(pd.DataFrame({"k": keys, "e": [1.0, 2.0, 30.0]}), ("k",))
+    M = metrics.ElementWise("e")
+    assert U1.fingerprint() == U2.fingerprint()  # same elements ...
+    assert M.fingerprint(U1) != M.fingerprint(U2)  # ... but not the same budget
+    e1, e2 = M.budget(U1), M.budget(U2)
+    assert e1[0, 2] == 2.0 and e2[0, 2] == 15.5
+    assert M.budget(U1)[0, 2] == 2.0  # and back again
+    W = Workload([[0.0, 0.0, 1.0]])
+    from dprivacy import design
+
+    b1 = design(W, U1, M, method="closed_form").beta[0]
+    b2 = design(W, U2, M, method="closed_form").beta[0]
+    # beta = min over the separated pairs (0, 2), (1, 2) of (e_i + e_j) / 2
+    assert b1 == pytest.approx(2.0) and b2 == pytest.approx(15.5)
+
+
+def test_metric_parameters_are_copied():
+    e = np.array([1.0, 2.0, 3.0])
+    M = metrics.ElementWise(e)
+    U = Universe.from_points(np.arange(3.0))
+    before = M.budget(U).copy()
+    fp = M.fingerprint(U)
+    e[:] = 100.0
+    np.testing.assert_array_equal(M.budget(U), before)
+    assert M.fingerprint(U) == fp and not M.eps.flags.writeable
+    d = {"0.0": 1.0, "1.0": 2.0, "2.0": 3.0}
+    Md = metrics.ElementWise(d)
+    d["0.0"] = 50.0
+    assert Md.budget(U)[0, 1] == 1.5
+    w = {"a": 1.0, "b": 2.0}
+    Ma = metrics.AttributeWeighted(w)
+    w["a"] = 100.0
+    Ud = Universe.from_domains({"a": [0, 1], "b": [0, 1]})
+    assert Ma.budget(Ud)[0, 2] == 1.0
+    with pytest.raises(TypeError):
+        Ma.weights["a"] = 5.0  # type: ignore[index]
+
+
+def _brute_attribute_budget(U, weights):
+    el = U.elements
+    n = U.N
+    out = np.zeros((n, n))
+    for i in range(n):
+        for j in range(n):
+            out[i, j] = sum(w for a, w in weights.items() if el[a].iloc[i] != el[a].iloc[j])
+    return out
+
+
+def _brute_value_budget(U, budgets):
+    el = U.elements
+    n = U.N
+    out = np.zeros((n, n))
+    for i in range(n):
+        for j in range(n):
+            for a, per in budgets.items():
+                va, vb = el[a].iloc[i], el[a].iloc[j]
+                if va != vb:
+                    out[i, j] += (per[va] + per[vb]) / 2
+    return out
+
+
+@pytest.mark.parametrize("kind", ["attribute", "value"])
+@pytest.mark.parametrize("full", [True, False])
+def test_weights_on_a_non_key_column_are_exact(full, kind):
+    """A weighted non-key column: the budget is exactly the sum over the weighted attributes and
+    every pair is constrained (before: Hamming edges over the wrong grid, beta = inf)."""
+    U0 = Universe.from_domains({"a": [0, 1, 2], "b": ["x", "y"]})
+    el = U0.elements.copy()
+    el["region"] = np.where(el["a"] >= 1, "north", "south")  # a function of the key
+    if not full:
+        el = el.iloc[[0, 1, 2, 4, 5]].reset_index(drop=True)
+    U = Universe(el, ("a", "b"))
+    if kind == "attribute":
+        weights = {"a": 2.0, "b": 1.0, "region": 0.5}
+        M = metrics.AttributeWeighted(weights)
+        brute = _brute_attribute_budget(U, weights)
+    else:
+        budgets = {"a": {0: 1.0, 1: 2.0, 2: 4.0}, "b": {"x": 1.0, "y": 3.0},
+                   "region": {"north": 0.5, "south": 0.25}}
+        M = metrics.ValueWeighted(budgets, rule="hub")
+        brute = _brute_value_budget(U, budgets)
+    np.testing.assert_allclose(M.budget(U), brute, rtol=1e-15)
+    assert M.edges(U) is None
+    np.testing.assert_allclose(M.block(U, np.array([1, 3])), brute[[1, 3]], rtol=1e-15)
+    from dprivacy import design
+
+    W = Workload((el["region"] == "north").astype(float).to_numpy()[None, :])
+    d = design(W, U, M, method="closed_form")
+    assert np.isfinite(d.beta[0])
+    F = W.dense()[0]
+    for i in range(U.N):
+        for j in range(U.N):
+            if i != j:
+                assert d.beta[0] * abs(F[i] - F[j]) <= brute[i, j] * (1 + 1e-9)
+    # the column changes the fingerprint (it determines the budget)
+    el2 = el.copy()
+    el2["region"] = "north"
+    assert M.fingerprint(Universe(el2, ("a", "b"))) != M.fingerprint(U)
+    el2.loc[0, "region"] = None
+    with pytest.raises(ValidationError, match="'region' has missing values"):
+        M.budget(Universe(el2, ("a", "b")))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: metrics.Euclidean(1e-320),
+    lambda: metrics.Discrete(1e-315),
+    lambda: metrics.ElementWise(np.array([1e-320, 1e-320, 1e-320])),
+    lambda: metrics.Graph([(0, 1, 1e-320), (1, 2, 1.0)]),
+])
+def test_subnormal_budgets_are_diagnosed_as_such(make):
+    U = Universe.from_points(np.array([0.0, 1.0, 3.0]))
+    with pytest.raises(MetricError, match="subnormal"):
+        make().constraint_set(U)
+
+
+def test_overflowing_budgets_are_diagnosed_as_such():
+    U = Universe.from_points(np.array([0.0, 1.0, 3.0]))
+    for M in (metrics.Euclidean(1e308), metrics.ElementWise(np.array([1.7e308, 1.7e308, 1.0]))):
+        with pytest.raises(MetricError, match="overflows float64"):
+            M.budget(U)
+    Ud = Universe.from_domains({"a": [0, 1], "b": [0, 1]})
+    with pytest.raises(MetricError, match="overflows"):
+        metrics.AttributeWeighted({"a": 1.7e308, "b": 1.7e308}).budget(Ud)
+    # +inf given on purpose is "no constraint", not an overflow
+    assert metrics.AttributeWeighted({"a": np.inf, "b": 1.0}).budget(Ud)[0, 2] == np.inf

@@ -121,3 +121,100 @@ def test_fingerprints():
     assert U.fingerprint() == Universe.from_points(np.arange(3.0)).fingerprint()
     assert U.fingerprint() != Universe.from_points(np.arange(3.0) + 1).fingerprint()
     assert Workload([[1.0, 2, 3]]).fingerprint() != Workload([[1.0, 2, 4]]).fingerprint()
+
+
+def test_fingerprints_are_canonical_not_csv(monkeypatch):
+    """Fingerprints never go through pandas' CSV writer; equal values give equal fingerprints
+    whatever the dtype or storage, and distinct values (text "1" vs number 1) differ."""
+    U = Universe.from_domains({"a": [1, 2], "b": ["x", "y"]})
+    before = U.fingerprint()
+
+    def no_csv(*args, **kwargs):
+        raise AssertionError("fingerprints must not use the CSV writer")
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", no_csv)
+    monkeypatch.setattr(pd.Series, "to_csv", no_csv)
+    again = Universe.from_domains({"a": [1, 2], "b": ["x", "y"]})
+    assert again.fingerprint() == before
+    as_float = Universe(pd.DataFrame({"a": [1.0, 1.0, 2.0, 2.0], "b": ["x", "y", "x", "y"]}),
+                        ("a", "b"))
+    assert as_float.fingerprint() == before
+    as_text = Universe.from_domains({"a": ["1", "2"], "b": ["x", "y"]})
+    assert as_text.fingerprint() != before
+    # separators inside values cannot collide (length-framed strings)
+    u1 = Universe(pd.DataFrame({"k": ["a,b", "c"]}), ("k",))
+    u2 = Universe(pd.DataFrame({"k": ["a", "b,c"]}), ("k",))
+    assert u1.fingerprint() != u2.fingerprint()
+    F = np.array([[0.0, 1.0, 0.0], [2.0, 0.0, -0.0]])
+    assert Workload(F).fingerprint() == Workload(sp.csr_array(F)).fingerprint()
+    assert Workload(F).fingerprint() == Workload(sp.coo_matrix(F)).fingerprint()
+    assert Workload(F).fingerprint() != Workload(F.T.copy().T * 1.5).fingerprint()
+
+
+@pytest.mark.parametrize("missing", [np.nan, None, pd.NA, pd.NaT])
+def test_missing_key_values_are_refused(missing):
+    df = pd.DataFrame({"g": ["a", "b", missing], "h": [1, 2, 3]}, dtype=object)
+    with pytest.raises(ValidationError, match="key column 'g' has 1 missing value.*element 2"):
+        Universe(df, ("g", "h"))
+    with pytest.raises(ValidationError, match="missing value"):
+        Universe.from_dataframe(df, ["g", "h"])
+    with pytest.raises(ValidationError, match="missing value"):
+        Universe.from_domains({"g": ["a", missing], "h": [1, 2]})
+    with pytest.raises(ValidationError, match="missing value"):
+        Universe(pd.DataFrame({"x": [0.0, np.nan]}), ("x",))
+    # a missing value outside the key columns is data, not identity: allowed
+    assert Universe(pd.DataFrame({"g": ["a", "b"], "note": [1.0, np.nan]}), ("g",)).N == 2
+
+
+def test_nan_keys_cannot_fake_a_full_product():
+    """Before: nunique() skipped NaN, so {a, NaN} x {0, 1} minus one element looked full."""
+    df = pd.DataFrame({"g": ["a", "a", np.nan], "h": [0, 1, 0]})
+    with pytest.raises(ValidationError, match="missing"):
+        Universe(df, ("g", "h"))
+
+
+def test_inputs_are_copied_and_read_only():
+    df = pd.DataFrame({"g": ["a", "b", "c"], "v": [1.0, 2.0, 3.0]})
+    coords = np.array([[0.0, 0.0], [1.0, 0.0], [3.0, 0.0]])
+    U = Universe(df, ("g",), coords=coords)
+    fp = U.fingerprint()
+    df.loc[0, "g"] = "z"
+    df.loc[1, "v"] = 99.0
+    coords[0, 0] = 42.0
+    assert U.elements["g"].tolist() == ["a", "b", "c"] and U.elements["v"].tolist() == [1, 2, 3]
+    assert U.coords[0, 0] == 0.0 and not U.coords.flags.writeable
+    assert Universe(pd.DataFrame({"g": ["a", "b", "c"]}), ("g",),
+                    coords=[[0.0, 0.0], [1.0, 0.0], [3.0, 0.0]]).fingerprint() == fp
+    with pytest.raises(ValueError):
+        U.elements.loc[1, "v"] = 5.0  # our copy is read-only
+    dense = np.array([[1.0, 0.0, 2.0]])
+    W = Workload(dense)
+    dense[0, 0] = 7.0
+    assert W.F[0, 0] == 1.0 and not W.F.flags.writeable
+    S = sp.csr_array(np.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
+    Ws = Workload(S)
+    fps = Ws.fingerprint()
+    S.data[:] = 100.0
+    S.indices[:] = 0
+    S.indptr[1] = 0
+    np.testing.assert_array_equal(Ws.dense(), [[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]])
+    assert Ws.fingerprint() == fps == Workload(Ws.dense()).fingerprint()
+    for arr in (Ws.F.data, Ws.F.indices, Ws.F.indptr):
+        assert not arr.flags.writeable
+        with pytest.raises(ValueError):
+            arr[0] = 1
+    assert U.domains is None
+    Ud = Universe.from_domains({"g": ["a", "b"]})
+    with pytest.raises(TypeError):
+        Ud.domains["g"] = ("c",)  # type: ignore[index]
+
+
+@pytest.mark.parametrize("store", [np.array, sp.csr_array])
+def test_overflowing_and_subnormal_coefficients_are_diagnosed(store):
+    """Before: both surfaced later as "eps[0, 1] = 0" / "infinite privacy loss"."""
+    with pytest.raises(ValidationError, match=r"F\[0, 1\] = -1e\+308: too large.*overflow"):
+        Workload(store(np.array([[0.0, -1e308, 1e308]])))
+    with pytest.raises(ValidationError, match=r"F\[1, 2\] = 1e-320 is subnormal"):
+        Workload(store(np.array([[0.0, 1.0, 0.0], [0.0, 0.0, 1e-320]])))
+    ok = Workload(store(np.array([[0.0, 1e300, 2.2250738585072014e-308]])))  # extreme but normal
+    assert ok.m == 1

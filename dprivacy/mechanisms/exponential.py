@@ -2,7 +2,7 @@
 
 A linear utility is given as a matrix ``U`` (a :class:`Workload` of shape (R, N)): row r holds the
 per-record contribution of each element to output r, ``u(x, r) = sum_i U[r, i] x_i``.  With the
-per-output rescaling ``w`` (spec §4: "for a generic u, w is simply a rescaling of u"),
+per-output rescaling ``w`` (for a generic u, w is simply a rescaling of u),
 ``u_w(x, r) = w_r u(x, r)`` and the mechanism outputs r with probability ∝ exp(beta u_w(x, r) / 2).
 
 Privacy condition (Theorem 3): beta * max_r w_r |U_ri - U_rj| <= eps_ij for every constrained pair.
@@ -27,10 +27,12 @@ from dprivacy.mechanisms._privacy import (
     scaled_log_weights,
     shared_beta,
 )
+from dprivacy.mechanisms._release import charge_release, setup_accounting
 from dprivacy.mechanisms.laplace import check_histogram
 from dprivacy.workload import Workload
 
 if TYPE_CHECKING:
+    from dprivacy.accounting import Accountant
     from dprivacy.metrics.base import Metric
     from dprivacy.universe import Universe
 
@@ -79,6 +81,7 @@ class DXExponential:
         self.beta = shared_beta(design)
         self.constraints = resolve_constraints(utility, design, universe, metric)
         self.max_ratio_ = check_max_condition(self.constraints, utility.F, self._scale(), THEOREM_3)
+        setup_accounting(self, universe, metric)
 
     def _scale(self) -> np.ndarray:
         """Per-output multiplier beta * w_r of |U_ri - U_rj| in Theorem 3 (0 where w_r = 0)."""
@@ -110,12 +113,18 @@ class DXExponential:
         diff = np.abs(cols[:, 0] - cols[:, 1])
         return float(np.max(np.where(diff == 0, 0.0, self._scale() * diff)))
 
-    def release(self, x, rng=None, secure: bool = True) -> int:
+    def release(self, x, rng=None, secure: bool = True, *,
+                accountant: Accountant | None = None) -> int:
         """Sample an output index r with probability ∝ exp(beta u_w(x, r) / 2).
 
         ``secure=True`` (default) uses OpenDP's exact Gumbel report-noisy-max (``rng`` unused);
         ``secure=False`` is numpy's seedable Gumbel-max, for simulations only.
+        ``accountant``: charged :attr:`release_cost` before anything is computed (refused:
+        :class:`~dprivacy.errors.BudgetExceededError`, nothing charged); without one, the
+        mechanism's built-in budget allows a single release.
         """
+        check_histogram(x, self.workload.N)
+        charge_release(self, accountant)
         return noise.exponential_choice(self.log_weights(x), rng=rng, secure=secure)
 
     def params(self) -> dict:
@@ -133,7 +142,7 @@ class DXExponential:
         beta = np.inf if L == 0 else 1.0 / L
         if beta == 0:
             raise ValidationError("a pair with eps_ij = 0 is separated by the utility: no "
-                                  "positive beta is private (merge the elements, spec §9.3)")
+                                  "positive beta is private (merge the elements)")
         d = as_design(W, 1.0, beta, method="exponential_optimal", report={"lipschitz": L},
                       constraints=cs)
         return cls(W, d, universe=universe, metric=metric)

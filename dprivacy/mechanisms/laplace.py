@@ -1,9 +1,9 @@
 """The d_X-private Laplace mechanism, eq. (5), and its eps-DP baseline (Definition 4).
 
-M(x) = (w ⊙ F) x + (Y_1, ..., Y_m), Y_k ~ Lap(1 / beta_k) independent (spec §3.4).
+M(x) = (w ⊙ F) x + (Y_1, ..., Y_m), Y_k ~ Lap(1 / beta_k) independent.
 
 Privacy condition (Theorem 1): sum_k beta_k w_k |F_ki - F_kj| <= eps_ij for every constrained pair.
-Proof sketch (spec §3.5): the density ratio of neighbouring outputs is a product over k of
+Proof sketch (Theorem 1): the density ratio of neighbouring outputs is a product over k of
 exp(beta_k (|w_k<F_k,x'> - z_k| - |w_k<F_k,x> - z_k|)) <= exp(sum_k beta_k w_k |F_ki - F_kj|) by the
 triangle inequality.  The answer is not divided by w (it is biased when w != 1; Theorem 2).
 """
@@ -18,10 +18,12 @@ import scipy.sparse as sp
 from dprivacy import noise
 from dprivacy.design import PRIVACY_RTOL, Design
 from dprivacy.errors import PrivacyViolationError, ShapeError, ValidationError
+from dprivacy.mechanisms._release import charge_release, setup_accounting
 from dprivacy.universe import check_histogram
 from dprivacy.workload import Workload
 
 if TYPE_CHECKING:
+    from dprivacy.accounting import Accountant
     from dprivacy.metrics.base import Metric
     from dprivacy.universe import Universe
 
@@ -64,6 +66,7 @@ class DXLaplace:
         self.workload = workload
         self.design = design
         self.max_ratio_ = self._verify(universe, metric)
+        setup_accounting(self, universe, metric)
 
     def _verify(self, universe: Universe | None, metric: Metric | None) -> float:
         if (universe is None) != (metric is None):
@@ -91,13 +94,18 @@ class DXLaplace:
         fx = self.workload.answer(check_histogram(x, self.workload.N))
         return float(np.sum((1 - self.design.w) ** 2 * fx**2) + np.sum(2 * self.noise_scale**2))
 
-    def release(self, x, rng=None, secure: bool = True) -> np.ndarray:
+    def release(self, x, rng=None, secure: bool = True, *,
+                accountant: Accountant | None = None) -> np.ndarray:
         """Release (w ⊙ F) x + Lap(1 / beta) for histogram ``x`` (eq. (5)).
 
         ``secure=True`` (default) uses OpenDP's floating-point-safe sampler (``rng`` unused);
         ``secure=False`` is numpy's seedable sampler, for simulations only.
+        ``accountant``: charged :attr:`release_cost` (alpha) before anything is computed; a
+        refused release raises :class:`~dprivacy.errors.BudgetExceededError` and charges
+        nothing. Without one, the mechanism's built-in budget allows a single release.
         """
         arr = check_histogram(x, self.workload.N)
+        charge_release(self, accountant)
         answers = self.design.w * self.workload.answer(arr)
         return np.asarray(noise.add_laplace(answers, self.noise_scale, rng=rng, secure=secure),
                           dtype=float).reshape(self.workload.m)
@@ -110,7 +118,7 @@ class DXLaplace:
 class Laplace(DXLaplace):
     """The eps-DP Laplace baseline (Definition 4): every query gets Lap(Delta F / eps).
 
-    It is d_X-private for a metric only with eps = eps_min (spec §3.1); build that case with
+    It is d_X-private for a metric only with eps = eps_min (Definition 4); build that case with
     :meth:`for_metric`.  Same code path as :class:`DXLaplace` with w = 1, beta = eps / Delta F.
     Privacy condition: beta * Delta_ij F <= eps for all pairs, i.e. beta * Delta F <= eps.
     """

@@ -30,11 +30,13 @@ from dprivacy.mechanisms._privacy import (
     shared_beta,
     solved_design,
 )
+from dprivacy.mechanisms._release import charge_release, setup_accounting
 from dprivacy.mechanisms.laplace import check_histogram
 from dprivacy.mechanisms.smalldb import check_unit_queries
 from dprivacy.workload import Workload
 
 if TYPE_CHECKING:
+    from dprivacy.accounting import Accountant
     from dprivacy.metrics.base import Metric
     from dprivacy.universe import Universe
 
@@ -84,7 +86,9 @@ class DXMWEM:
         self.constraints = resolve_constraints(workload, design, universe, metric)
         self.max_ratio_ = check_max_condition(self.constraints, workload.F, self._scale(),
                                               THEOREM_7)
+        setup_accounting(self, universe, metric)
         self._Fw = design.w[:, None] * workload.dense()
+        self._Fw.setflags(write=False)
 
     def _scale(self) -> np.ndarray:
         """2 T beta w_f per query: the per-row multiplier of Theorem 7 (0 where w_f = 0)."""
@@ -95,18 +99,23 @@ class DXMWEM:
         """Scale 1 / beta of the measurement noise (0 when beta = inf)."""
         return 0.0 if np.isinf(self.beta) else 1.0 / self.beta
 
-    def release(self, x, rng=None, secure: bool = True, *, return_trace: bool = False):
+    def release(self, x, rng=None, secure: bool = True, *, return_trace: bool = False,
+                accountant: Accountant | None = None):
         """Run Algorithm 2 on histogram ``x``; return the averaged synthetic histogram A.
 
         ``secure=True`` (default): OpenDP's exact samplers for both the selection and the
         Laplace measurement (``rng`` unused); ``secure=False``: numpy, seedable, simulations only.
         ``return_trace=True`` also returns the chosen query indices and measurements (they are
         private too: the released transcript of the 2T calls).
+        ``accountant``: charged :attr:`release_cost` (all T rounds, Theorem 7) before anything is
+        computed (refused: :class:`~dprivacy.errors.BudgetExceededError`, nothing charged);
+        without one, the mechanism's built-in budget allows a single release.
         """
         arr = check_histogram(x, self.workload.N)
         n = float(arr.sum())
         if n <= 0:
             raise ValidationError("histogram x is empty (n = 0): MWEM needs n > 0 records")
+        charge_release(self, accountant)
         gen = None if secure else noise.resolve_rng(rng)
         N = self.workload.N
         true = self._Fw @ arr
@@ -147,7 +156,7 @@ class DXMWEM:
     @classmethod
     def from_solver(cls, workload, universe: Universe, metric: Metric, n: int, *,
                     T: int | None = None) -> DXMWEM:
-        """T and beta of spec §5.2 via :func:`solvers.mwem_params` (T* unless T is given)."""
+        """T and beta of Algorithm 2 / Theorem 7 via :func:`solvers.mwem_params` (T* unless T is given)."""
         W, d = solved_design(workload, universe, metric, solvers.mwem_params, n, T=T)
         return cls(W, d, T=int(d.report["T"]), universe=universe, metric=metric)
 

@@ -34,10 +34,12 @@ from dprivacy.mechanisms._privacy import (
     shared_beta,
     solved_design,
 )
+from dprivacy.mechanisms._release import charge_release, setup_accounting
 from dprivacy.mechanisms.laplace import check_histogram
 from dprivacy.workload import Workload
 
 if TYPE_CHECKING:
+    from dprivacy.accounting import Accountant
     from dprivacy.metrics.base import Metric
     from dprivacy.universe import Universe
 
@@ -55,7 +57,7 @@ def synthetic_size(m: int, alpha: float) -> int:
 
 
 def check_unit_queries(workload: Workload, w: np.ndarray) -> None:
-    """Algorithms 1-2 take queries f in [0, 1]^N and w_f in [0, 1] (spec §5, §9.3)."""
+    """Algorithms 1-2 take queries f in [0, 1]^N and w_f in [0, 1] (Algorithms 1 and 2)."""
     F = workload.dense()
     if F.min() < 0 or F.max() > 1:
         raise ValidationError(f"queries must lie in [0, 1]^N (got coefficients in [{F.min():.6g}, "
@@ -123,7 +125,9 @@ class DXSmallDB:
         self.constraints = resolve_constraints(workload, design, universe, metric)
         self.max_ratio_ = check_max_condition(self.constraints, workload.F, self._scale(),
                                               THEOREM_5)
+        setup_accounting(self, universe, metric)
         self._Fw = design.w[:, None] * workload.dense()  # (m, N) rows f_w
+        self._Fw.setflags(write=False)
         self._cache: np.ndarray | None = None
 
     def _scale(self) -> np.ndarray:
@@ -176,12 +180,20 @@ class DXSmallDB:
             util[start:start + A.shape[0]] = -n * np.max(np.abs(A - ax), axis=1)
         return scaled_log_weights(self.beta, util)
 
-    def release(self, x, rng=None, secure: bool = True) -> np.ndarray:
+    def release(self, x, rng=None, secure: bool = True, *,
+                accountant: Accountant | None = None) -> np.ndarray:
         """Sample a synthetic histogram y (``size`` records) with Pr ∝ exp(beta n u(x, y) / 2).
 
         ``secure=True`` (default): OpenDP's exact Gumbel report-noisy-max (``rng`` unused);
         ``secure=False``: numpy's seedable Gumbel-max, for simulations only.
+        ``accountant``: charged :attr:`release_cost` before anything is computed (refused:
+        :class:`~dprivacy.errors.BudgetExceededError`, nothing charged); without one, the
+        mechanism's built-in budget allows a single release.
         """
+        arr = check_histogram(x, self.workload.N)
+        if not float(arr.sum()) > 0:
+            raise ValidationError("histogram x is empty (n = 0): SmallDB normalises by n")
+        charge_release(self, accountant)
         r = noise.exponential_choice(self.log_weights(x), rng=rng, secure=secure)
         return self.candidate(r)
 

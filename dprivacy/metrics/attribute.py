@@ -1,4 +1,4 @@
-"""Metrics on attribute universes and per-element budgets (paper §1, §5, Example 1; spec §8.3).
+"""Metrics on attribute universes and per-element budgets (paper §1, §5, Example 1).
 
 * :class:`AttributeWeighted`: d(x, x') = sum_k eps_k 1[x_k != x'_k] (the introduction's metric).
 * :class:`ValueWeighted`: per-value budgets eps_{k,a} combined by the min rule of eq. (3)
@@ -7,14 +7,14 @@
 * :class:`Discrete`: eps for every distinct pair, i.e. plain eps-DP.
 
 The first two are sums of per-attribute metrics, i.e. shortest-path metrics of the Hamming graph,
-so on a full cartesian-product universe their edges (pairs differing in one attribute) suffice
-(spec §9.2).
+so on a full cartesian-product universe their edges (pairs differing in one attribute) suffice.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Literal
 
 import numpy as np
@@ -33,7 +33,14 @@ def _codes(universe: Universe, attrs: list[str]) -> list[tuple[np.ndarray, np.nd
             raise ValidationError(
                 f"attribute {a!r} is not a column of the universe ({list(universe.key_columns)})"
             )
-        codes, uniques = universe.elements[a].factorize()
+        col = universe.elements[a]
+        if col.isna().any():
+            raise ValidationError(
+                f"attribute {a!r} has missing values (NaN/None) at elements "
+                f"{np.flatnonzero(col.isna().to_numpy())[:5].tolist()}: a budget cannot tell "
+                "them apart; fill them with a real value or drop the weight on this column"
+            )
+        codes, uniques = col.factorize()
         out.append((np.asarray(codes), np.asarray(uniques, dtype=object)))
     return out
 
@@ -65,14 +72,29 @@ def _hamming_edges(universe: Universe, attrs: list[str], weight_fn) -> tuple:
             np.concatenate(ww).astype(float))
 
 
-def _sum_over_attributes(universe: Universe, attrs: list[str], weight_fn) -> np.ndarray:
-    n = universe.N
-    out = np.zeros((n, n))
+def _sum_over_attributes(universe: Universe, attrs: list[str], weight_fn,
+                         rows: np.ndarray | None = None) -> np.ndarray:
+    """sum_k weight_k(a, b) 1[a != b] for the pairs (rows, all elements): exact on any universe
+    and any attribute columns (key or not)."""
+    rows = np.arange(universe.N) if rows is None else np.asarray(rows)
+    out = np.zeros((len(rows), universe.N))
     for k, (codes, _) in enumerate(_codes(universe, attrs)):
-        differ = codes[:, None] != codes[None, :]
-        w = weight_fn(k, codes[:, None], codes[None, :])
-        out += np.where(differ, w, 0.0)  # masks 0 * inf = 0 (convention of eq. (3))
+        a, b = codes[rows][:, None], codes[None, :]
+        w = weight_fn(k, a, b)
+        out += np.where(a != b, w, 0.0)  # masks 0 * inf = 0 (convention of eq. (3))
     return out
+
+
+def _non_key(universe: Universe, attrs) -> list[str]:
+    return [a for a in attrs if a not in universe.key_columns]
+
+
+def _hamming_applies(universe: Universe, attrs) -> bool:
+    """The Hamming-graph edges give the metric exactly only when the weighted attributes are
+    exactly the key attributes (each element one distinct tuple of them) and the universe is
+    their full cartesian product; otherwise (a subset, or a weighted non-key column) every
+    pair is constrained instead."""
+    return not _non_key(universe, attrs) and universe.is_full_product()
 
 
 @dataclass(frozen=True, repr=False)
@@ -89,7 +111,8 @@ class AttributeWeighted(Metric):
             raise ValidationError("AttributeWeighted needs a budget for at least one attribute")
         for a, e in self.weights.items():
             _positive(f"weights[{a!r}]", e, allow_inf=True)
-        object.__setattr__(self, "weights", dict(self.weights))
+        object.__setattr__(self, "weights", MappingProxyType(
+            {str(a): float(e) for a, e in self.weights.items()}))
 
     def params(self) -> dict:
         return {"weights": {k: float(v) for k, v in self.weights.items()}}
@@ -107,14 +130,23 @@ class AttributeWeighted(Metric):
         return np.full(np.broadcast(a, b).shape, e)
 
     def _raw_budget(self, universe: Universe) -> np.ndarray:
+        return self.block(universe, np.arange(universe.N))
+
+    def block(self, universe: Universe, rows: np.ndarray) -> np.ndarray:
         self._check_universe(universe)
-        return _sum_over_attributes(universe, list(self.weights), self._w)
+        out = _sum_over_attributes(universe, list(self.weights), self._w, rows)
+        out[np.arange(len(out)), np.asarray(rows)] = 0.0
+        return out
 
     def edges(self, universe: Universe):
         self._check_universe(universe)
-        if not universe.is_full_product():
-            return None  # the Hamming graph of a subset may lack the intermediate elements
+        if not _hamming_applies(universe, self.weights):
+            return None  # a subset or a weighted non-key column: all pairs are constrained
         return _hamming_edges(universe, list(self.weights), self._w)
+
+    def _fingerprint_data(self, universe: Universe) -> list[bytes | str]:
+        extra = _non_key(universe, self.weights)
+        return [universe.column_fingerprint(extra)] if extra else []
 
 
 @dataclass(frozen=True, repr=False)
@@ -148,8 +180,8 @@ class ValueWeighted(Metric):
                     f"{len(per_value)} values (eps_a=1, eps_b=eps_c=5 gives d(b,c)=5 > "
                     "d(b,a)+d(a,c)=2); use rule='hub' (a star metric) or rule='max'"
                 )
-            clean[a] = dict(per_value)
-        object.__setattr__(self, "budgets", clean)
+            clean[str(a)] = MappingProxyType(dict(per_value))
+        object.__setattr__(self, "budgets", MappingProxyType(clean))
 
     def params(self) -> dict:
         return {"budgets": {a: {str(v): float(e) for v, e in d.items()}
@@ -177,17 +209,26 @@ class ValueWeighted(Metric):
         return (ea + eb) / 2
 
     def _raw_budget(self, universe: Universe) -> np.ndarray:
+        return self.block(universe, np.arange(universe.N))
+
+    def block(self, universe: Universe, rows: np.ndarray) -> np.ndarray:
         tables = self._tables(universe)
-        return _sum_over_attributes(
-            universe, list(self.budgets), lambda k, a, b: self._combine(tables[k][a], tables[k][b])
-        )
+        out = _sum_over_attributes(
+            universe, list(self.budgets), lambda k, a, b: self._combine(tables[k][a], tables[k][b]),
+            rows)
+        out[np.arange(len(out)), np.asarray(rows)] = 0.0
+        return out
+
+    def _fingerprint_data(self, universe: Universe) -> list[bytes | str]:
+        extra = _non_key(universe, self.budgets)
+        return [universe.column_fingerprint(extra)] if extra else []
 
     def _check_universe(self, universe: Universe) -> None:
         self._tables(universe)
 
     def edges(self, universe: Universe):
         tables = self._tables(universe)
-        if not universe.is_full_product():
+        if not _hamming_applies(universe, self.budgets):
             return None
         return _hamming_edges(
             universe, list(self.budgets), lambda k, a, b: self._combine(tables[k][a], tables[k][b])
@@ -196,13 +237,36 @@ class ValueWeighted(Metric):
 
 @dataclass(frozen=True, repr=False)
 class ElementWise(Metric):
-    """d(chi_i, chi_j) = (eps_i + eps_j) / 2 for i != j (element-level budgets, spec §8.3).
+    """d(chi_i, chi_j) = (eps_i + eps_j) / 2 for i != j (element-level budgets).
 
     ``eps`` is an array of length N, a mapping from element label to budget, or the name of a
     numeric column of the universe's elements.  More sensitive elements get a lower eps_i.
     """
 
     eps: object
+
+    def __post_init__(self) -> None:
+        e = self.eps
+        if isinstance(e, str):
+            return
+        if isinstance(e, Mapping):
+            try:
+                frozen = {k: float(v) for k, v in e.items()}
+            except (TypeError, ValueError) as exc:
+                raise ValidationError(f"element budgets must be numbers: {exc}") from exc
+            object.__setattr__(self, "eps", MappingProxyType(frozen))
+            return
+        try:
+            v = np.array(e, dtype=float, copy=True).ravel()
+        except (TypeError, ValueError) as exc:
+            raise ValidationError(f"element budgets must be numbers: {exc}") from exc
+        v.setflags(write=False)  # our own copy: the caller's later writes change nothing
+        object.__setattr__(self, "eps", v)
+
+    def _fingerprint_data(self, universe: Universe) -> list[bytes | str]:
+        if isinstance(self.eps, str):  # the budget column is data the budget depends on
+            return [universe.column_fingerprint([self.eps])]
+        return []
 
     def _vector(self, universe: Universe) -> np.ndarray:
         e = self.eps

@@ -1,4 +1,4 @@
-"""The metric base class, budget validation and the shortest-path closure (spec §1.3, §9.3).
+"""The metric base class, budget validation and the shortest-path closure (Definition 2).
 
 A metric d_X on the universe defines the privacy budget eps_ij = d_X(chi_i, chi_j) of every pair.
 It must satisfy eps_ii = 0, eps_ij = eps_ji >= 0 and eps_ij <= eps_ik + eps_kj (Definition 2).
@@ -11,12 +11,14 @@ import hashlib
 import json
 import warnings
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy.sparse.csgraph import csgraph_from_dense, shortest_path
 
 from dprivacy.errors import MetricError, ShapeError, TriangleInequalityError, ValidationError
+from dprivacy.fingerprints import Hasher, canonical_json
 
 if TYPE_CHECKING:
     from dprivacy.universe import Universe
@@ -31,7 +33,7 @@ class ClosureWarning(UserWarning):
 
 
 def shortest_path_closure(eps: np.ndarray) -> np.ndarray:
-    """The shortest-path closure d-bar of a non-negative symmetric matrix (spec §9.3).
+    """The shortest-path closure d-bar of a non-negative symmetric matrix.
 
     d-bar is the largest metric below ``eps``; +inf entries are non-edges and zero entries are
     kept as zero-weight edges.  Any mechanism that is d-bar-private is also eps-private.
@@ -109,6 +111,36 @@ def validate_budget(
     return a
 
 
+_TINY = np.finfo(float).tiny
+
+
+def checked_budget(metric: Metric, compute: Callable[[], np.ndarray]) -> np.ndarray:
+    """Run ``compute`` (budget entries) refusing float64 overflow and subnormal budgets.
+
+    A finite distance whose budget overflows to inf would silently mean "no constraint", and a
+    subnormal one (below 2.2e-308) is too small to divide by: both raise :class:`MetricError`
+    naming the metric, instead of being mistaken for "no constraint" or for eps = 0.
+    """
+    try:
+        with np.errstate(over="raise"):
+            eps = np.asarray(compute())
+    except FloatingPointError as exc:
+        raise MetricError(
+            f"{metric!r}: a budget overflows float64 (above {np.finfo(float).max:.3g}) and would "
+            "be taken for +inf, i.e. no constraint; use smaller parameters (e.g. a larger "
+            "distance unit)"
+        ) from exc
+    tiny = (eps > 0) & (eps < _TINY)
+    if np.any(tiny):
+        where = tuple(int(t) for t in np.argwhere(tiny)[0])
+        raise MetricError(
+            f"{metric!r}: budget entry {where} = {float(eps[where]):.3g} is subnormal (positive "
+            f"but below {_TINY:.3g}), too small to compute with (it is not 0, yet noise would "
+            "have to be ~1/eps); use larger parameters (e.g. a smaller distance unit)"
+        )
+    return eps
+
+
 class Metric(ABC):
     """A metric d_X on a universe, i.e. the budget eps_ij of every pair (Definition 2).
 
@@ -149,9 +181,10 @@ class Metric(ABC):
 
         Raises a :class:`MemoryError`-free :class:`ValidationError` above
         ``DENSE_LIMIT`` elements: use :meth:`block` or :meth:`constraint_set` there.
+        Cached under :meth:`fingerprint`, i.e. everything that determines the budget.
         """
         cache = self.__dict__.setdefault("_cache", {})
-        key = universe.fingerprint()
+        key = self.fingerprint(universe)
         if key in cache:
             return cache[key]
         self._check_universe(universe)
@@ -160,7 +193,7 @@ class Metric(ABC):
                 f"N = {universe.N} is above the dense limit {DENSE_LIMIT}: the budget would take "
                 f"{universe.N ** 2 * 8 / 2**30:.1f} GiB; use metric.block(...) or constraint_set(...)"
             )
-        raw = self._raw_budget(universe)
+        raw = checked_budget(self, lambda: self._raw_budget(universe))
         eps = validate_budget(
             raw, strict=self.strict, check_triangle=not self.metric_by_construction,
             labels=universe.labels() if universe.N <= 100_000 else None,
@@ -177,7 +210,8 @@ class Metric(ABC):
     def edges(self, universe: Universe) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """For graph-type metrics, an edge list (i, j, eps_ij) whose shortest-path metric is d_X.
 
-        Constraining the edges then implies every pair constraint (spec §9.2).  None otherwise.
+        Constraining the edges then implies every pair constraint (a shortest-path metric is
+        fixed by its edges).  None otherwise.
         """
         return None
 
@@ -188,16 +222,18 @@ class Metric(ABC):
         e = self.edges(universe)
         if e is not None:
             i, j, w = e
+            checked_budget(self, lambda: np.asarray(w, dtype=float))
             return ConstraintSet.edges(i, j, w, universe.N)
         if universe.N <= dense_limit:
             return ConstraintSet.dense(self.budget(universe))
         self._check_universe(universe)
-        return ConstraintSet.oracle(universe.N, lambda rows: self.block(universe, rows))
+        return ConstraintSet.oracle(
+            universe.N, lambda rows: checked_budget(self, lambda: self.block(universe, rows)))
 
     def eps_min(self, universe: Universe) -> float:
-        """min over distinct pairs with positive budget: the baseline's eps (spec §3.1).
+        """min over distinct pairs with positive budget: the baseline's eps (Definition 4).
 
-        Zero-distance pairs are indistinguishable elements (a quotient, spec §9.3) and are left
+        Zero-distance pairs are indistinguishable elements (a quotient) and are left
         out; infinite pairs are unconstrained.
         """
         cs = self.constraint_set(universe) if universe.N > DENSE_LIMIT else None
@@ -210,8 +246,24 @@ class Metric(ABC):
             return float("inf")
         return float(off.min())
 
+    def _fingerprint_data(self, universe: Universe) -> list[bytes | str]:
+        """Hook: data beyond :meth:`params` and the universe's keys and coordinates that the
+        budget reads (e.g. a budget column, a user matrix), as canonical bytes or digests."""
+        return []
+
     def fingerprint(self, universe: Universe) -> str:
-        """sha256 of the metric's kind, parameters and (for N <= DENSE_LIMIT) its budget."""
+        """sha256 of everything that determines the budget on ``universe``: the metric's kind,
+        its parameters (canonical JSON), the universe's fingerprint and the data the metric reads
+        beyond it (see :mod:`dprivacy.fingerprints`; never the computed floats, so a config keeps
+        loading when a later version computes the same budget with other rounding)."""
+        h = Hasher("metric").add(self.name).add(canonical_json(self.params()))
+        h.add(universe.fingerprint())
+        for part in self._fingerprint_data(universe):
+            h.add(part)
+        return h.hexdigest()
+
+    def legacy_fingerprint_v1(self, universe: Universe) -> str:
+        """The fingerprint of config version 1 (with budget bytes); only to read old configs."""
         h = hashlib.sha256()
         h.update(self.name.encode())
         h.update(json.dumps(self.params(), sort_keys=True, default=str).encode())

@@ -1,4 +1,4 @@
-"""Graph shortest-path metrics and user-supplied budget matrices (spec §8.3, §9.2, §9.3).
+"""Graph shortest-path metrics and user-supplied budget matrices.
 
 :class:`Graph` is the Blowfish / social-network construction: d = infinity except on the edges of
 a (discriminative secret) graph, closed under shortest paths.  :class:`Matrix` takes any budget
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dprivacy.errors import ShapeError, ValidationError
+from dprivacy.fingerprints import Hasher, canonical_json
 from dprivacy.metrics.base import Metric, shortest_path_closure, validate_budget
 from dprivacy.universe import Universe
 
@@ -24,7 +25,7 @@ class Graph(Metric):
 
     ``edges`` is a sequence of ``(i, j)`` or ``(i, j, eps_ij)`` with element indices (or element
     labels, see :meth:`Universe.labels`); ``eps`` is the weight of edges given without one.
-    Only the edges need to be constrained by the solvers (spec §9.2).  Elements in different
+    Only the edges need to be constrained by the solvers.  Elements in different
     components are at distance +inf (no constraint).
     """
 
@@ -43,6 +44,17 @@ class Graph(Metric):
 
     def params(self) -> dict:
         return {"edge_list": [list(map(str, e)) for e in self.edge_list], "eps": float(self.eps)}
+
+    def _fingerprint_data(self, universe: Universe) -> list[bytes | str]:
+        # params() prints the ends as text; here an index 0 and a label "0" differ
+        def tag(k: int, v: object) -> str:
+            if k == 2:
+                return "eps"
+            return "index" if isinstance(v, int | np.integer) else "label"
+
+        return [canonical_json([[tag(k, v), v if k < 2 and isinstance(v, str) else float(v)
+                                 if k == 2 else int(v) if tag(k, v) == "index" else str(v)]
+                                for e in self.edge_list for k, v in enumerate(e)])]
 
     def edges(self, universe: Universe):
         labels = None
@@ -105,6 +117,14 @@ class Matrix(Metric):
 
     def params(self) -> dict:
         return {"shape": list(self.eps.shape), "strict": self.strict}
+
+    def _fingerprint_data(self, universe: Universe) -> list[bytes | str]:
+        digest = self.__dict__.get("_digest")
+        if digest is None:
+            digest = Hasher("matrix").add(np.ascontiguousarray(self.eps, "<f8").tobytes())
+            digest = digest.hexdigest()
+            self.__dict__["_digest"] = digest
+        return [digest]
 
     def _check_universe(self, universe: Universe) -> None:
         if self.eps.shape[0] != universe.N:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -43,7 +45,9 @@ def small_instance():
 
 
 def max_error(mech, W, x, seeds):
-    return float(np.mean([np.max(np.abs(mech.answers(mech.release(x, rng=s, secure=False))
+    sim = dp.Accountant(total=math.inf)
+    return float(np.mean([np.max(np.abs(mech.answers(mech.release(x, rng=s, secure=False,
+                                                                  accountant=sim))
                                         - W.answer(x))) for s in seeds]))
 
 
@@ -75,7 +79,8 @@ def test_release_is_a_histogram_of_n_records_and_trace():
     assert chosen.shape == measured.shape == (4,)
     assert np.all((chosen >= 0) & (chosen < W.m))
     # seeded runs repeat exactly on the fast path
-    np.testing.assert_array_equal(mech.release(x, rng=3, secure=False), A)
+    np.testing.assert_array_equal(mech.release(x, rng=3, secure=False,
+                                              accountant=dp.Accountant(total=1)), A)
 
 
 def test_secure_path_is_the_default(monkeypatch):
@@ -129,8 +134,9 @@ def test_round_one_selection_and_measurement_follow_algorithm_2():
     rng = np.random.default_rng(2026)
     chosen, noise_1 = np.empty(K, dtype=int), np.empty(K)
     true = mech.answers(x)
+    sim = dp.Accountant(total=math.inf)
     for k in range(K):
-        _, f, m = mech.release(x, rng=rng, secure=False, return_trace=True)
+        _, f, m = mech.release(x, rng=rng, secure=False, return_trace=True, accountant=sim)
         chosen[k], noise_1[k] = f[0], m[0] - true[f[0]]
     scores = np.abs(mech.answers(np.full(x.size, n / x.size)) - true)
     assert len(set(np.round(scores, 9))) >= 5  # distinct scores: the test has power

@@ -44,10 +44,11 @@ def test_release_is_a_histogram_of_the_prescribed_size():
     for size in (1, 3, 6):
         mech = DXSmallDB.from_solver(W, U, M, n=100, size=size)
         assert mech.n_candidates == math.comb(5 + size - 1, size)
+        sim = dp.Accountant(total=math.inf)
         for seed in range(3):
-            y = mech.release(x, rng=seed, secure=False)
+            y = mech.release(x, rng=seed, secure=False, accountant=sim)
             assert y.shape == (5,) and y.dtype.kind == "i" and y.min() >= 0 and y.sum() == size
-    y = mech.release(x)  # secure default path
+    y = mech.release(x, accountant=sim)  # secure default path
     assert y.sum() == 6
     s = synthetic_size(W.m, alpha=0.5)
     assert s == math.ceil(math.log(4) / 0.25)
@@ -76,8 +77,9 @@ def test_exact_sampling_law_over_all_candidates():
     k = 12000
     index = {tuple(y): r for r, y in enumerate(cands)}
     counts = np.zeros(len(cands))
+    sim = dp.Accountant(total=math.inf)
     for _ in range(k):
-        counts[index[tuple(mech.release(x, rng=rng, secure=False))]] += 1
+        counts[index[tuple(mech.release(x, rng=rng, secure=False, accountant=sim))]] += 1
     keep = p * k >= 5
     expected = np.append(p[keep] * k, p[~keep].sum() * k)
     observed = np.append(counts[keep], counts[~keep].sum())

@@ -1,0 +1,307 @@
+"""Release accounting: a privacy budget counted in multiples of the metric d_X.
+
+A mechanism verified to be (alpha * d_X)-private (its ``release_cost``; alpha <= 1 for a design
+solved for d_X) may be released many times, but k releases on the same data are (sum of the
+alphas) * d_X-private (sequential composition, Fact 1.2 of the paper's preliminaries). An
+:class:`Accountant` holds a total K (in multiples of d_X) and refuses a release that would take
+the spent sum above K, *before* anything is computed: a refused release charges nothing and
+releases nothing. A granted release is charged (and, for a durable accountant, committed to disk)
+before the noise is drawn, so an answer never exists without its charge, even if the process
+dies just after.
+
+Amounts are kept as integers in units of 1e-9 (costs rounded up, totals rounded down, with a
+1e-3-unit tolerance), so that three releases of cost 0.1 fit exactly in K = 0.3 (and three
+releases of a mechanism designed for d_X / 3 fit in K = 1: see ``mechanism.release_cost``).
+
+Two stores:
+
+* in memory: ``Accountant(total=K)``; ``total=math.inf`` is allowed for simulations on
+  synthetic data (every release is still counted in :attr:`Accountant.spent`);
+* durable: ``Accountant.durable(path, total=K, name="default")`` keeps the budget as a named
+  record of the SQLite :class:`~dprivacy.tables.ledger.Ledger` at ``path`` (shared safely by
+  several processes). The stored total wins when the file is reopened: ``total`` must then be
+  None or equal to it, so a budget can never be refreshed by reopening it.
+
+Privacy condition: the releases charged through one accountant are together
+(spent * d_X)-private, and spent <= total.
+
+Examples
+--------
+>>> acc = Accountant(total=2.0)
+>>> acc.charge(1.0); acc.charge(1.0); acc.remaining
+0.0
+>>> try:
+...     acc.charge(0.5)
+... except BudgetExceededError as exc:
+...     print(type(exc).__name__)
+BudgetExceededError
+>>> acc.spent
+2.0
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import sqlite3
+import threading
+from typing import TYPE_CHECKING, Any
+
+from dprivacy.errors import BudgetExceededError, DPrivacyError, ValidationError
+
+if TYPE_CHECKING:
+    from dprivacy.tables.ledger import Ledger
+
+__all__ = ["Accountant", "to_units"]
+
+#: One unit of budget (the SQLite ledger's unit, so the two stores agree exactly).
+UNIT = 1e-9
+_PER = 1e9
+_MAX_UNITS = (2**63 - 1) // 4
+#: Prefix of the ledger record names that hold release budgets.
+LEDGER_PREFIX = "dx-releases:"
+#: Prefix of the marker records that bind a durable budget to one metric (its fingerprint).
+UNIT_PREFIX = "dx-release-unit:"
+
+
+def _check_amount(x: Any, what: str, *, allow_inf: bool = False) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) and not hasattr(x, "__float__"):
+        raise ValidationError(f"{what} = {x!r}: expected a number")
+    try:
+        v = float(x)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ValidationError(f"{what} = {x!r}: expected a number") from exc
+    if math.isnan(v) or v < 0 or (math.isinf(v) and not allow_inf):
+        raise ValidationError(
+            f"{what} = {x!r}: a privacy budget is a finite number >= 0 (in multiples of the "
+            "metric d_X)" + ("; use math.inf only for simulations" if allow_inf else "")
+        )
+    return v
+
+
+def to_units(x: float, *, round_up: bool) -> int:
+    """``x`` in integer units of 1e-9 (up for costs, down for totals; 1e-3-unit tolerance)."""
+    u = x * _PER
+    if u > _MAX_UNITS:
+        raise ValidationError(f"budget or cost {x!r} is too large to account (max "
+                              f"{_MAX_UNITS * UNIT:.3g})")
+    r = round(u)
+    if abs(u - r) <= 1e-3 + 1e-12 * abs(u):
+        return int(r)
+    return math.ceil(u) if round_up else math.floor(u)
+
+
+class Accountant:
+    """A release budget of ``total`` multiples of the metric d_X (in memory).
+
+    A release of a mechanism that is (alpha * d_X)-private charges alpha
+    (``mechanism.release_cost``); :meth:`charge` raises :class:`BudgetExceededError` and charges
+    nothing when the spent sum would exceed ``total``. Use :meth:`durable` for a budget kept in
+    an SQLite file across processes and restarts.
+
+    Parameters
+    ----------
+    total : float
+        K >= 0, in multiples of d_X (``math.inf``: unlimited, for simulations only).
+    name : str
+        Shown in messages.
+
+    Examples
+    --------
+    >>> import numpy as np, dprivacy as dp
+    >>> U = dp.Universe.from_points(np.array([[0.0], [1.0], [3.0]]))
+    >>> W, M = dp.Workload([[0.0, 1.0, 2.0]]), dp.metrics.Euclidean(1.0)
+    >>> mech = dp.DXLaplace(W, dp.design(W, U, M, method="closed_form"))
+    >>> acc = dp.Accountant(total=2)
+    >>> for seed in (1, 2):
+    ...     _ = mech.release(np.array([5, 3, 2]), rng=seed, secure=False, accountant=acc)
+    >>> acc.remaining < mech.release_cost
+    True
+    """
+
+    def __init__(self, total: float, *, name: str = "in-memory budget") -> None:
+        t = _check_amount(total, "total", allow_inf=True)
+        self.name = str(name)
+        self._total_units: int | None = None if math.isinf(t) else to_units(t, round_up=False)
+        self._spent_units = 0
+        self._releases = 0
+        self._lock = threading.Lock()
+        self._ledger: Ledger | None = None
+        self._record: int | None = None
+        self._unit: str | None = None
+        self._name = str(name)
+
+    # ------------------------------------------------------------------ builders
+    @classmethod
+    def durable(cls, path: str | os.PathLike | Ledger, total: float | None = None, *,
+                name: str = "default") -> Accountant:
+        """A budget kept in the SQLite ledger at ``path`` under ``name``.
+
+        Created with ``total`` if the name is new; if it exists, its stored total wins and
+        ``total`` must be None or equal to it (else :class:`ValidationError`). Every charge is
+        one committed transaction (``BEGIN IMMEDIATE``), so processes sharing the file never
+        overspend together, and a charge is on disk before the release it pays for is computed.
+
+        Examples
+        --------
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "budget.sqlite")
+        >>> acc = Accountant.durable(path, total=3)
+        >>> acc.charge(1.0)
+        >>> Accountant.durable(path).remaining   # reopened: the stored total wins
+        2.0
+        """
+        from dprivacy.tables.ledger import Ledger
+
+        if not isinstance(name, str) or not name:
+            raise ValidationError(f"name = {name!r}: a durable budget needs a non-empty name")
+        if total is not None:
+            t = _check_amount(total, "total")
+        where = str(getattr(path, "path", path))
+        try:
+            ledger = path if isinstance(path, Ledger) else Ledger(os.fspath(path))
+            if total is None:
+                from dprivacy.errors import UnknownRecordError
+                try:
+                    rid = ledger.named_record(LEDGER_PREFIX + name, None)
+                except UnknownRecordError as exc:
+                    raise ValidationError(
+                        f"the ledger {where!r} has no release budget named {name!r}: "
+                        "give total=K (in multiples of the metric) to create it") from exc
+            else:
+                rid = ledger.named_record(LEDGER_PREFIX + name, t)
+        except sqlite3.Error as exc:
+            raise ValidationError(
+                f"cannot use {where!r} as a budget ledger ({exc}): give the path of an "
+                "SQLite ledger file (it is created if missing) in a writable folder") from exc
+        except TypeError as exc:
+            raise ValidationError(f"path = {path!r}: expected a file path or a Ledger") from exc
+        acc = cls.__new__(cls)
+        acc.name = f"budget {name!r} in {where}"
+        acc._total_units = None
+        acc._spent_units = 0
+        acc._releases = 0
+        acc._lock = threading.Lock()
+        acc._ledger, acc._record = ledger, rid
+        acc._unit, acc._name = None, name
+        return acc
+
+    @classmethod
+    def single_release(cls, cost: float) -> Accountant:
+        """A budget of exactly one release of ``cost`` (each mechanism's built-in accountant)."""
+        acc = cls(0.0, name="this mechanism's built-in one-release budget")
+        acc._total_units = to_units(_check_amount(cost, "cost"), round_up=True)
+        return acc
+
+    # ------------------------------------------------------------------ state
+    @property
+    def is_durable(self) -> bool:
+        return self._ledger is not None
+
+    @property
+    def total(self) -> float:
+        """K, in multiples of d_X (the stored one for a durable budget)."""
+        if self._ledger is not None:
+            return float(self._ledger_call(lambda led: led.initial([self._record])[0]))
+        return math.inf if self._total_units is None else self._total_units / _PER
+
+    @property
+    def remaining(self) -> float:
+        """Budget left (read from the file for a durable budget: other processes may spend)."""
+        if self._ledger is not None:
+            return float(self._ledger_call(lambda led: led.remaining([self._record])[0]))
+        if self._total_units is None:
+            return math.inf
+        return (self._total_units - self._spent_units) / _PER
+
+    @property
+    def spent(self) -> float:
+        """Budget spent so far (by every process, for a durable budget)."""
+        if self._ledger is not None:
+            return round((self.total - self.remaining) * _PER) / _PER
+        return self._spent_units / _PER
+
+    @property
+    def releases(self) -> int:
+        """Number of releases this object charged (in this process)."""
+        return self._releases
+
+    def can_afford(self, cost: float) -> bool:
+        """Whether a release of ``cost`` would be granted now (charges nothing)."""
+        c = to_units(_check_amount(cost, "cost"), round_up=True)
+        if self._ledger is not None:
+            return c <= round(self.remaining * _PER)
+        return self._total_units is None or self._spent_units + c <= self._total_units
+
+    # ------------------------------------------------------------------ charging
+    def charge(self, cost: float, *, label: str | None = None, unit: str | None = None,
+               unit_label: str = "its metric") -> None:
+        """Charge ``cost`` (alpha, in multiples of d_X), or raise and charge nothing.
+
+        ``unit`` names the metric (and universe) that ``cost`` is a multiple of (mechanisms pass
+        the fingerprint they were verified against). The first charge with a unit binds the
+        accountant to it (a durable one, in its file); a charge in another unit is refused:
+        multiples of two metrics do not add up.
+
+        Raises
+        ------
+        BudgetExceededError
+            The spent sum would exceed the total; nothing was charged.
+        ValidationError
+            ``cost`` is not a finite number >= 0, or ``unit`` is not the accountant's.
+        """
+        c = to_units(_check_amount(cost, "cost"), round_up=True)
+        if unit is not None:
+            self._bind_unit(str(unit), unit_label)
+        if self._ledger is not None:
+            ok = self._ledger_call(lambda led: led.charge(
+                [self._record], c / _PER, all_or_nothing=True, label=label).ok.all())
+            if not ok:
+                self._refuse(c, self.remaining)
+            self._releases += 1
+            return
+        with self._lock:
+            if self._total_units is not None and self._spent_units + c > self._total_units:
+                self._refuse(c, (self._total_units - self._spent_units) / _PER)
+            self._spent_units += c
+            self._releases += 1
+
+    def _bind_unit(self, unit: str, what: str) -> None:
+        if self._unit == unit:
+            return
+        msg = (f"the {self.name} counts multiples of another metric (or universe) than {what}: "
+               "multiples of two metrics do not add up; use one accountant (or one ledger name) "
+               "per metric; nothing was charged or released")
+        if self._ledger is not None:
+            # the unit is kept in the file as the initial value of a marker record: the ledger
+            # refuses a different value for an existing name (atomic, shared by processes)
+            code = int(hashlib.sha256(unit.encode()).hexdigest()[:13], 16) / 1e9
+            try:
+                self._ledger_call(lambda led: led.named_record(
+                    f"{UNIT_PREFIX}{self._name}", code))
+            except ValidationError as exc:
+                raise ValidationError(msg) from exc
+        elif self._unit is not None:
+            raise ValidationError(msg)
+        self._unit = unit
+
+    def _refuse(self, c: int, left: float) -> None:
+        raise BudgetExceededError(
+            f"a release costing {c / _PER:.9g} x the metric exceeds the {self.name} "
+            f"({left:.9g} of {self.total:.9g} left): nothing was charged or released. "
+            "Use a larger total, a cheaper design (a smaller multiple of the metric), or stop."
+        )
+
+    def _ledger_call(self, fn: Any) -> Any:
+        try:
+            return fn(self._ledger)
+        except sqlite3.Error as exc:
+            assert self._ledger is not None
+            raise DPrivacyError(
+                f"the budget ledger {self._ledger.path!r} failed ({exc}); nothing was released"
+            ) from exc
+
+    def __repr__(self) -> str:
+        return (f"Accountant({self.name}: spent {self.spent:.9g} of {self.total:.9g}, "
+                f"{self._releases} release(s) here)")
