@@ -96,6 +96,13 @@ class Relation(Protocol):
         """The column names: public schema, independent of the records."""
         ...
 
+    def check(self, f: Any) -> None:
+        """Refuse analyst code this engine cannot run row-wise: raise
+        :class:`~dprivacy.errors.ValidationError` (message independent of the records; no data
+        is touched). The table calls it on every row-wise argument BEFORE any charge (pandas: a
+        callable; engines: an expression passing the row-wise checker)."""
+        ...
+
     def public(self, df: pd.DataFrame) -> Relation:
         """A relation of the public records ``df`` on the same engine, every id ⊥ (``-1``)."""
         ...
