@@ -24,12 +24,12 @@ all-or-nothing ledger transaction, and undoes the walk if the ledger refuses.
 from __future__ import annotations
 
 import math
-import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable
 from typing import Any, Protocol
 
 from dprivacy.errors import BudgetExceededError, ValidationError
+from dprivacy.tables.params import eps_arg, real
 
 __all__ = [
     "Agent",
@@ -68,8 +68,8 @@ class BudgetAgent(Agent):
     """The root: a global budget B. Accepts ε iff ε ≤ remaining (FW-PINQ Query rule, Fig. 1)."""
 
     def __init__(self, budget: float) -> None:
-        b = float(budget)
-        if not math.isfinite(b) or b < 0:
+        b = real(budget, "budget")
+        if b < 0:
             raise ValidationError(f"budget = {budget!r}: a privacy budget is a finite number >= 0")
         self._remaining = b
         self.spent_in_dry_run = 0.0
@@ -240,9 +240,9 @@ def charge(agent: Agent, eps: float) -> None:
     Raises:
         BudgetExceededError: some root budget cannot pay; every agent is left unchanged.
     """
-    _check_eps(eps)
+    eps = eps_arg(eps)
     journal: Journal = []
-    ok = agent.apply(float(eps), journal)
+    ok = agent.apply(eps, journal)
     if ok:
         deferred = [e for e in journal if isinstance(e, DeferredCharge)]
         try:
@@ -266,18 +266,11 @@ def cost(agent: Agent, eps: float, roots: list[BudgetAgent]) -> float:
     Done by a dry run that accepts everything and is then undone, so partition maxima and σ
     totals are taken into account exactly.
     """
-    _check_eps(eps)
+    eps = eps_arg(eps)
     journal: Journal = []
     before = [r.spent_in_dry_run for r in roots]
-    agent.apply(float(eps), journal, dry=True)
+    agent.apply(eps, journal, dry=True)
     spent = sum(r.spent_in_dry_run - b for r, b in zip(roots, before, strict=True))
     for undo in reversed(journal):
         undo()
     return spent
-
-
-def _check_eps(eps: float) -> None:
-    if not isinstance(eps, numbers.Real) or isinstance(eps, bool) or not math.isfinite(eps):
-        raise ValidationError(f"eps = {eps!r}: expected a finite number > 0")
-    if eps <= 0:
-        raise ValidationError(f"eps = {eps}: the accuracy of a query must be > 0")

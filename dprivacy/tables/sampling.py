@@ -20,6 +20,10 @@ Bernoulli b                    ln(b e^{ε} + 1 − b)                  ε (Thm 9
 Privacy condition: the answers on a sample (or on both parts of a sampled partition) of total
 accuracy E cost σ(E) (σ̂(E)) times the upstream scaling; the root budget must cover it.
 These samplers are not ⊎-preserving, so a ProPer table must go through ``as_pinq`` first.
+
+Randomness: a sample is drawn from a fresh 128-bit secret of the table's noise source (the
+operating system's CSPRNG; the data owner's ``noise_seed`` for simulations), never from anything
+the analyst passes: a sample the analyst could predict would void the amplification.
 """
 
 from __future__ import annotations
@@ -27,12 +31,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-import numpy as np
-
-from dprivacy import noise
-from dprivacy.errors import ValidationError
-from dprivacy.noise import Rng
 from dprivacy.tables.agents import PartitionAgent, SigmaAgent
+from dprivacy.tables.params import count_arg, prob_arg
 from dprivacy.tables.pinq import Queryable
 
 __all__ = [
@@ -62,15 +62,11 @@ def sigma_take(eps: float) -> float:
 
 
 def _n(n: int) -> int:
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValidationError(f"n = {n!r}: a sample size is an integer >= 1")
-    return int(n)
+    return count_arg(n, "n (a sample size)", 1)
 
 
 def _p(p: float, name: str) -> float:
-    if not 0 < p <= 1:
-        raise ValidationError(f"{name} = {p}: a sampling probability lies in (0, 1]")
-    return float(p)
+    return prob_arg(p, name)
 
 
 def sigma_fixed(n: int) -> Sigma:
@@ -116,64 +112,61 @@ def sigma_bernoulli_partition(b: float) -> Sigma:
     return lambda eps: eps
 
 
-def _sample(q: Queryable, positions: np.ndarray, sigma: Sigma) -> Queryable:
-    return Queryable._derive(q._df.iloc[positions], SigmaAgent(q._agent, sigma), q._roots)
+def _split(q: Queryable, kind: str, param: float, sigma: Sigma
+           ) -> tuple[Queryable, Queryable]:
+    """(sample, rest) drawn with a fresh secret from the table's noise source."""
+    return q._rel.sample(kind, param, q._noise.secret())
 
 
-def _split(q: Queryable, chosen: np.ndarray, sigma: Sigma) -> tuple[Queryable, Queryable]:
+def _sample(q: Queryable, kind: str, param: float, sigma: Sigma) -> Queryable:
+    rel, _ = _split(q, kind, param, sigma)
+    return Queryable._derive(rel, SigmaAgent(q._agent, sigma), q._roots, q._noise)
+
+
+def _parts(q: Queryable, kind: str, param: float, sigma: Sigma) -> tuple[Queryable, Queryable]:
+    k, kbar = _split(q, kind, param, sigma)
     shared = PartitionAgent(SigmaAgent(q._agent, sigma))
-    mask = np.zeros(len(q._df), dtype=bool)
-    mask[chosen] = True
-    k = Queryable._derive(q._df[mask], shared.part(True), q._roots)
-    kbar = Queryable._derive(q._df[~mask], shared.part(False), q._roots)
-    return k, kbar
+    return (Queryable._derive(k, shared.part(True), q._roots, q._noise),
+            Queryable._derive(kbar, shared.part(False), q._roots, q._noise))
 
 
-def _subset(size: int, k: int, rng: Rng) -> np.ndarray:
-    gen = noise.resolve_rng(rng)
-    return np.sort(gen.choice(size, size=min(k, size), replace=False))
-
-
-def sample_fixed(q: Queryable, n: int, *, rng: Rng = None) -> Queryable:
+def sample_fixed(q: Queryable, n: int) -> Queryable:
     """A uniform n-subset (all of D if |D| ≤ n); cost σ_fixed(n)."""
-    return _sample(q, _subset(len(q._df), _n(n), rng), sigma_fixed(n))
+    n = _n(n)
+    return _sample(q, "fixed", n, sigma_fixed(n))
 
 
-def sample_with_replacement(q: Queryable, n: int, *, rng: Rng = None) -> Queryable:
+def sample_with_replacement(q: Queryable, n: int) -> Queryable:
     """n independent uniform draws (empty if D is empty); cost n·ε."""
-    gen = noise.resolve_rng(rng)
-    size = len(q._df)
-    pos = gen.integers(0, size, size=_n(n)) if size else np.zeros(0, dtype=np.int64)
-    return _sample(q, pos, sigma_with_replacement(n))
+    n = _n(n)
+    return _sample(q, "replacement", n, sigma_with_replacement(n))
 
 
-def sample_fraction(q: Queryable, p: float, *, rng: Rng = None) -> Queryable:
+def sample_fraction(q: Queryable, p: float) -> Queryable:
     """⌊p·|D|⌋ records uniformly without replacement; cost σ_fraction(p)."""
-    size = len(q._df)
-    return _sample(q, _subset(size, math.floor(_p(p, "p") * size), rng), sigma_fraction(p))
+    p = _p(p, "p")
+    return _sample(q, "fraction", p, sigma_fraction(p))
 
 
-def sample_bernoulli(q: Queryable, b: float, *, rng: Rng = None) -> Queryable:
+def sample_bernoulli(q: Queryable, b: float) -> Queryable:
     """Each record independently with probability b; cost σ_bernoulli(b) < ε."""
-    gen = noise.resolve_rng(rng)
-    keep = np.flatnonzero(gen.random(len(q._df)) < _p(b, "b"))
-    return _sample(q, keep, sigma_bernoulli(b))
+    b = _p(b, "b")
+    return _sample(q, "bernoulli", b, sigma_bernoulli(b))
 
 
-def partition_fixed(q: Queryable, n: int, *, rng: Rng = None) -> tuple[Queryable, Queryable]:
+def partition_fixed(q: Queryable, n: int) -> tuple[Queryable, Queryable]:
     """(uniform n-subset, the rest); the parts share a max-agent; cost σ̂_fixed(n)."""
-    return _split(q, _subset(len(q._df), _n(n), rng), sigma_fixed_partition(n))
+    n = _n(n)
+    return _parts(q, "fixed", n, sigma_fixed_partition(n))
 
 
-def partition_fraction(q: Queryable, p: float, *, rng: Rng = None) -> tuple[Queryable, Queryable]:
+def partition_fraction(q: Queryable, p: float) -> tuple[Queryable, Queryable]:
     """(⌊p|D|⌋ uniform records, the rest); cost σ̂_fraction(p)."""
-    size = len(q._df)
-    chosen = _subset(size, math.floor(_p(p, "p") * size), rng)
-    return _split(q, chosen, sigma_fraction_partition(p))
+    p = _p(p, "p")
+    return _parts(q, "fraction", p, sigma_fraction_partition(p))
 
 
-def partition_bernoulli(q: Queryable, b: float, *, rng: Rng = None) -> tuple[Queryable, Queryable]:
+def partition_bernoulli(q: Queryable, b: float) -> tuple[Queryable, Queryable]:
     """(Bernoulli(b) sample, the rest); cost ε (Thm 9)."""
-    gen = noise.resolve_rng(rng)
-    chosen = np.flatnonzero(gen.random(len(q._df)) < _p(b, "b"))
-    return _split(q, chosen, sigma_bernoulli_partition(b))
+    b = _p(b, "b")
+    return _parts(q, "bernoulli", b, sigma_bernoulli_partition(b))
