@@ -41,10 +41,12 @@ def fresh_name(prefix: str) -> str:
         return f"__dp_{prefix}_{next(_names)}"
 
 
-def _try_casts(node: sge.Expression) -> sge.Expression:
-    if type(node) is sge.Cast:
-        return sge.TryCast(**node.args)
-    return node
+def _try_casts(query: sge.Expression) -> sge.Expression:
+    """Every ``CAST`` of ``query`` (nested ones too) replaced by ``TRY_CAST``, in place."""
+    for node in list(query.find_all(sge.Cast)):
+        if type(node) is sge.Cast:
+            node.replace(sge.TryCast(**node.args))
+    return query
 
 
 class Engine:
@@ -58,7 +60,19 @@ class Engine:
     def sql(self, expr: ir.Expr) -> str:
         """The hardened SQL of ``expr`` (every CAST a TRY_CAST)."""
         query = self.ibis.compiler.to_sqlglot(expr)
-        return query.transform(_try_casts, copy=False).sql(dialect=self.ibis.dialect)
+        return _try_casts(query).sql(dialect=self.ibis.dialect)
+
+    def bind(self, expr: ir.Expr) -> None:
+        """Compile ``expr`` and let the engine bind (analyse) it without running it: type errors
+        surface now, before any charge. Raises :class:`ValidationError`."""
+        try:
+            self._bind(self.sql(expr))
+        except Exception as exc:
+            raise ValidationError(f"the expression cannot run on {self.name}: "
+                                  f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
+
+    def _bind(self, sql: str) -> None:
+        raise NotImplementedError
 
     def scalar(self, expr: ir.Expr) -> Any:
         """The single value of a one-row, one-column expression."""
@@ -93,6 +107,9 @@ class DuckEngine(Engine):
     def execute(self, sql: str, params: list | None = None) -> Any:
         """Run SQL on the native connection (a cursor-like result)."""
         return self.raw.execute(sql, params) if params is not None else self.raw.execute(sql)
+
+    def _bind(self, sql: str) -> None:
+        self.raw.execute("EXPLAIN " + sql).fetchall()
 
     def scalar(self, expr: ir.Expr) -> Any:
         rows = self.execute(self.sql(expr)).fetchall()  # fetch all: leaves no open result
@@ -132,6 +149,9 @@ class SparkEngine(Engine):
     def run(self, expr: ir.Expr) -> Any:
         """The Spark DataFrame of a hardened plan (lazy)."""
         return self.session.sql(self.sql(expr))
+
+    def _bind(self, sql: str) -> None:
+        _ = self.session.sql(sql).schema  # analysis only; nothing runs
 
     def scalar(self, expr: ir.Expr) -> Any:
         rows = self.run(expr).collect()

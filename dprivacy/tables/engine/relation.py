@@ -23,6 +23,7 @@ Examples:
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
@@ -31,6 +32,7 @@ import ibis.expr.types as ir
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from ibis.common.deferred import Deferred
 
 from dprivacy.errors import DPrivacyError, ValidationError
 from dprivacy.tables.engine import aggregates, setops
@@ -236,13 +238,27 @@ class IbisRelation:
         return setops.sample(self, kind, param, secret)
 
     # ------------------------------------------------------------------ pre-charge checks
+    def check(self, f: Any) -> None:
+        """Refuse analyst code that is not a row-wise expression on this table's columns (raise
+        :class:`~dprivacy.errors.ValidationError`, message from the expression only), and let
+        the engine compile and bind it, all before any charge. A two-argument function is an
+        exponential-mechanism score ``(t, c)``: it is checked per candidate by
+        :meth:`check_score`."""
+        if callable(f) and not isinstance(f, (Deferred, ir.Value)) and _n_params(f) == 2:
+            return
+        v = self.expr(f, "expression")
+        self.engine.bind(self.table.select(__dp_check=v))
+
     def check_value(self, value: Any) -> None:
         """Raise now (before any charge) if ``value`` is not a usable row-wise value spec."""
-        aggregates.value_expr(self, value, 0.0, 1.0)
+        v = aggregates.value_expr(self, value, 0.0, 1.0)
+        self.engine.bind(self.table.select(__dp_check=v))
 
     def check_score(self, score: Any, candidates: Sequence[Any]) -> None:
         """Raise now (before any charge) if ``score`` is not usable with ``candidates``."""
-        aggregates.score_exprs(self, score, candidates)
+        exprs = aggregates.score_exprs(self, score, candidates)
+        if exprs:
+            self.engine.bind(self.table.select(**{f"__dp_s{i}": e for i, e in enumerate(exprs)}))
 
     # ------------------------------------------------------------------ exact aggregates
     def count(self) -> int:
@@ -293,6 +309,13 @@ class IbisRelation:
 
     def __repr__(self) -> str:
         return f"IbisRelation(backend={self.backend!r}, columns={self.columns})"
+
+
+def _n_params(f: Any) -> int:
+    try:
+        return len(inspect.signature(f).parameters)
+    except (TypeError, ValueError):
+        return 1
 
 
 def _check_name(name: Any, what: str) -> str:

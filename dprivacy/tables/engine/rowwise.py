@@ -44,7 +44,10 @@ from typing import Any
 import ibis
 import ibis.expr.datatypes as dt
 import ibis.expr.operations as ops
+import ibis.expr.rules as rlz
 import ibis.expr.types as ir
+from ibis.backends.sql.compilers.base import SQLGlotCompiler
+from ibis.backends.sql.compilers.duckdb import DuckDBCompiler
 from ibis.common.deferred import Deferred
 
 from dprivacy.errors import DPrivacyError, UnsupportedOperationError, ValidationError
@@ -57,8 +60,11 @@ __all__ = [
 _PUBLIC_NAME = "records"
 
 
-class NotRowwiseError(UnsupportedOperationError):
-    """An analyst expression is not row-wise (or not provably total); nothing was charged."""
+class NotRowwiseError(ValidationError, UnsupportedOperationError):
+    """An analyst expression is not row-wise (or not provably total); nothing was charged.
+
+    It is both a :class:`~dprivacy.errors.ValidationError` (bad analyst input) and an
+    :class:`~dprivacy.errors.UnsupportedOperationError` (an operation tables refuse)."""
 
 
 def _ops(*names: str) -> frozenset[type]:
@@ -240,10 +246,30 @@ def _nonzero(x: ops.Value) -> ops.Value:
     return ops.NullIf(_f64(x), ops.Literal(0.0, _F64))
 
 
+# integer position/length arguments that compilers shift by one (1-based SQL): clamped so that
+# the shift cannot overflow (no array or string is longer than 2^31 anyway)
+_POSITIONS = {ops.ArrayIndex: ("index",), ops.ArraySlice: ("start", "stop"),
+              ops.Substring: ("start", "length"), ops.StrRight: ("nchars",),
+              ops.StringFind: ("start", "end")}
+_BOUND = 2**31
+
+
+def _clamp_position(x: Any) -> Any:
+    if not isinstance(x, ops.Value) or not x.dtype.is_integer():
+        return x
+    return ops.Clip(ops.Cast(x, dt.int64), ops.Literal(-_BOUND, dt.int64),
+                    ops.Literal(_BOUND, dt.int64))
+
+
 def _total_node(node: ops.Node, kw: dict[str, Any] | None = None) -> ops.Node:
     """One rewrite step of :func:`make_total` (``kw``: the node's rewritten children, if any)."""
     new = node.__recreate__(kw) if kw else node
     kind = type(new)
+    if kind in _POSITIONS:
+        args = dict(zip(new.__argnames__, new.__args__, strict=True))
+        for name in _POSITIONS[kind]:
+            args[name] = _clamp_position(args[name])
+        return kind(**args)
     if kind is ops.Cast:
         return ops.TryCast(new.arg, new.to)
     if kind in _INT_ARITH and _exact_numeric(new.dtype):
@@ -261,13 +287,61 @@ def _total_node(node: ops.Node, kw: dict[str, Any] | None = None) -> ops.Node:
     return new
 
 
+class DPTry(ops.Value):
+    """Library-inserted guard (never accepted from analysts): the value of ``arg``, or NULL
+    where evaluating it raises. DuckDB compiles it to ``TRY(arg)``; engines whose SQL cannot
+    raise on data (Spark in non-ANSI mode) compile it to ``arg`` itself."""
+
+    arg: ops.Value
+
+    dtype = rlz.dtype_like("arg")
+    shape = rlz.shape_like("arg")
+
+
+def _visit_try_identity(self: Any, op: DPTry, *, arg: Any) -> Any:
+    return arg
+
+
+def _visit_try_duckdb(self: Any, op: DPTry, *, arg: Any) -> Any:
+    return self.f.anon["try"](arg)
+
+
+# Registered on Ibis's SQL compilers (dispatch is by ``visit_<OpClassName>``).
+SQLGlotCompiler.visit_DPTry = _visit_try_identity  # type: ignore[attr-defined]
+DuckDBCompiler.visit_DPTry = _visit_try_duckdb  # type: ignore[attr-defined]
+
+# Operations whose compiled SQL cannot raise on any data: an expression made only of these (and
+# columns) needs no TRY guard, which keeps filters such as `_.x > 0.5` at full engine speed.
+_SAFE: frozenset[type] = _ops(
+    "Alias", "Literal", "Equals", "NotEquals", "Greater", "GreaterEqual", "Less", "LessEqual",
+    "And", "Or", "Not", "Xor", "IsNull", "NotNull", "Between", "InValues", "IdenticalTo",
+    "IfElse", "SearchedCase", "SimpleCase", "Coalesce", "IsNan", "IsInf", "NullIf",
+    "Lowercase", "Uppercase", "StringLength", "StartsWith", "EndsWith", "StringContains",
+    "StringSQLLike", "StringSQLILike", "E", "Pi",
+)
+
+
+def _needs_guard(node: ops.Node) -> bool:
+    for n in node.find(ops.Value):
+        if type(n) is ops.Field or type(n) in _SAFE:
+            continue
+        if type(n) in (ops.Add, ops.Subtract, ops.Multiply, ops.Divide) and n.dtype.is_floating() \
+                and all(a.dtype.is_floating() or type(a) is ops.Literal for a in (n.left, n.right)):
+            continue  # float arithmetic gives ±inf/NaN, never an error
+        return True
+    return False
+
+
 def make_total(v: ir.Value) -> ir.Value:
     """Rewrite a checked row-wise expression so that no record can make it raise (module doc).
 
     The result has the same type and name as ``v``; values that used to raise are NULL.
     """
     root = v.op()
-    expr = root.replace(_total_node).to_expr()
+    out = root.replace(_total_node)
+    if _needs_guard(out):
+        out = DPTry(out)
+    expr = out.to_expr()
     return expr.name(v.get_name()) if _has_name(v) else expr
 
 
