@@ -36,6 +36,7 @@ from dprivacy.errors import ShapeError, ValidationError
 from dprivacy.tables import rowwise
 from dprivacy.tables.agents import charge
 from dprivacy.tables.relation import ElementCosts, Relation
+from dprivacy.tables.rowwise import sealed
 
 if TYPE_CHECKING:
     from dprivacy.tables.pinq import Queryable
@@ -135,6 +136,7 @@ def _check_on_unknown(on_unknown: str) -> str:
     return on_unknown
 
 
+@sealed
 class PinqHistogram:
     """A PINQ table seen as a histogram over ``universe``; only noisy releases leave it."""
 
@@ -164,6 +166,7 @@ class PinqHistogram:
         return plan.release(plan.histogram(t._rel), t._noise)
 
 
+@sealed
 class ProPerHistogram:
     """A ProPer table seen as a histogram over ``universe``, with per-record charges."""
 

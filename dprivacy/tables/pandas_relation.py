@@ -84,8 +84,25 @@ class PandasRelation:
                 "backend='duckdb')"
             )
 
+    def check_value(self, value: ValueSpec | None) -> None:
+        if value is None or isinstance(value, str):
+            return  # column names are checked against the public schema by the caller
+        self.check(value)
+
+    def check_score(self, score: Any, candidates: Sequence[Any]) -> None:
+        self.check(score)
+
     def public(self, df: pd.DataFrame) -> PandasRelation:
-        return PandasRelation(as_frame(df), None)
+        """Public records (ids ⊥); values of analyst-made types are replaced by None, so no
+        analyst ``__eq__``/``__hash__`` ever meets a protected value in a merge."""
+        pub = as_frame(df)
+        obj = [c for c in pub.columns if pub[c].dtype.kind == "O"]
+        if obj:
+            pub = pub.copy()
+            for c in obj:
+                pub[c] = pd.Series([rowwise.clean(v) for v in pub[c].tolist()], dtype=object,
+                                   index=pub.index)
+        return PandasRelation(pub, None)
 
     def __len__(self) -> int:
         return len(self.df)
@@ -109,14 +126,19 @@ class PandasRelation:
     def _keys(self, key: ValueSpec) -> np.ndarray:
         if isinstance(key, str):
             return self.df[key].to_numpy()
-        return np.asarray(rowwise.map_values(self.df, key) + [None], dtype=object)[:-1]
+        vals = rowwise.map_values(self.df, key)
+        arr = np.empty(len(vals), dtype=object)
+        for i, v in enumerate(vals):  # element by element: tuples stay single objects
+            arr[i] = v
+        return arr
 
     def partition(self, keys: Sequence[Hashable], key: ValueSpec) -> list[PandasRelation]:
         karr = self._keys(key)
         if not keys:
             return []
         try:
-            codes = pd.Index(list(keys), dtype=object).get_indexer(karr)
+            codes = pd.Index(list(keys), dtype=object, tupleize_cols=False).get_indexer(
+                pd.Index(karr, dtype=object, tupleize_cols=False))
         except TypeError:  # unhashable values in the data: look them up one by one
             where_key = {k: i for i, k in enumerate(keys)}
             codes = np.array([where_key.get(_hashable(v), -1) for v in karr], dtype=np.int64)

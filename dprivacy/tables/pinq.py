@@ -50,6 +50,7 @@ from dprivacy.tables.params import count_arg, eps_arg
 from dprivacy.tables.queries import NoisyQueries
 from dprivacy.tables.randomness import NoiseSource
 from dprivacy.tables.relation import Relation
+from dprivacy.tables.rowwise import sealed
 from dprivacy.tables.transform_args import (
     column_list,
     group_aggs,
@@ -62,6 +63,7 @@ from dprivacy.tables.transform_args import (
 __all__ = ["Queryable"]
 
 
+@sealed
 class Queryable(NoisyQueries):
     """A PINQ protected table.
 

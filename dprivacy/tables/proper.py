@@ -45,6 +45,7 @@ from dprivacy.tables.proper_budgets import LedgerBudgets
 from dprivacy.tables.queries import NoisyQueries
 from dprivacy.tables.randomness import NoiseSource
 from dprivacy.tables.relation import ElementCosts, Relation
+from dprivacy.tables.rowwise import sealed
 from dprivacy.tables.transform_args import (
     column_list,
     partition_keys,
@@ -62,6 +63,7 @@ _UNTRACKABLE = (
 )
 
 
+@sealed
 class ProPerTable(LiveData, NoisyQueries):
     """A table of records with personal budgets and provenance (ProPer, POPL'15).
 

@@ -19,10 +19,12 @@ from typing import Any
 from dprivacy.tables import aggregations as agg
 from dprivacy.tables.randomness import NoiseSource
 from dprivacy.tables.relation import Relation, ValueSpec
+from dprivacy.tables.rowwise import sealed
 
 __all__ = ["NoisyQueries"]
 
 
+@sealed
 class NoisyQueries:
     """Mixin: noisy aggregations on ``self._rel`` paid by ``self._pay_then(eps, plan)``."""
 
@@ -43,7 +45,9 @@ class NoisyQueries:
         raise NotImplementedError
 
     def _value(self, f: ValueSpec | None) -> ValueSpec:
-        return agg.value_spec(f, self.columns, self._rel.check)
+        spec = agg.value_spec(f, self.columns, self._rel.check_value)
+        self._rel.check_value(spec)
+        return spec
 
     def noisy_count(self, eps: float) -> float:
         """|T| + Lap(1/ε) (PINQ's NoisyCount).
@@ -92,7 +96,7 @@ class NoisyQueries:
         ``score(record, candidate)`` is the per-record score (non-numbers and failures score 0).
         """
         e, cands, run = agg.exponential_plan(eps, candidates)
-        self._rel.check(score)
+        self._rel.check_score(score, cands)
         return self._pay_then(e, lambda rel, noise: run(rel, noise, score))
 
     # ------------------------------------------------------------ d_X on tables

@@ -103,6 +103,17 @@ class Relation(Protocol):
         callable; engines: an expression passing the row-wise checker)."""
         ...
 
+    def check_value(self, value: ValueSpec | None) -> None:
+        """Refuse a value specification of an aggregation (a column name, None = the only
+        column, or row-wise code) that cannot be evaluated: ValidationError, before any charge."""
+        ...
+
+    def check_score(self, score: Any, candidates: Sequence[Any]) -> None:
+        """Refuse a score function ``score(record, candidate)`` of the exponential mechanism
+        that cannot be evaluated row-wise for these candidates: ValidationError, before any
+        charge."""
+        ...
+
     def public(self, df: pd.DataFrame) -> Relation:
         """A relation of the public records ``df`` on the same engine, every id ⊥ (``-1``)."""
         ...
@@ -258,7 +269,8 @@ class PersonalBudgets(Protocol):
     def pay(self, rel: Relation, eps: float, element_costs: ElementCosts | None = None
             ) -> Relation:
         """ProPer's Query rule (POPL'15 Fig. 3): charge every source s its cost C(s) = ε × its
-        records in ``rel`` (or, with ``element_costs``, the sum of its records' element costs),
+        records in ``rel`` (or, with ``element_costs``, ε × the sum of its records' element
+        costs; d_X releases pass ε = 1),
         only if its remaining budget covers C(s); COMMIT; then return ``rel`` restricted to the
         payers' records and the ⊥ records. Never raises because of the data or the budgets
         (costs too large to store saturate: such a source simply cannot pay)."""

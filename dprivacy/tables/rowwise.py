@@ -26,10 +26,14 @@ not trusted to write pure functions must use the expression backends
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime
 import decimal
+import functools
+import inspect
 import math
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
@@ -38,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["Record", "records", "clean", "number", "predicate_mask", "map_values", "flat_map",
-           "float_values", "score_sums"]
+           "float_values", "score_sums", "quiet", "quietly", "sealed"]
 
 _SCALARS = frozenset({type(None), bool, int, float, str, bytes, complex, decimal.Decimal,
                       datetime.datetime, datetime.date, datetime.time, datetime.timedelta,
@@ -209,3 +213,36 @@ def score_sums(df: pd.DataFrame, score: Callable[[Record, Any], Any],
             x = number(v) if ok else math.nan
             total[j] += 0.0 if math.isnan(x) else min(max(x, 0.0), 1.0)
     return total
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Numpy floating-point errors and Python warnings ignored: with the analyst's own
+    ``np.seterr(all="raise")`` or ``warnings.simplefilter("error")``, an overflow or a pandas
+    warning that happens only on some data would otherwise surface as an exception."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def sealed(cls: type) -> type:
+    """Class decorator: every public method of ``cls`` runs inside :func:`quiet`."""
+    for name, attr in list(vars(cls).items()):
+        if name.startswith("_") or not inspect.isfunction(attr):
+            continue
+        setattr(cls, name, _quietly(attr))
+    return cls
+
+
+def quietly(f: Callable[..., Any]) -> Callable[..., Any]:
+    """Function decorator: ``f`` runs inside :func:`quiet`."""
+    return _quietly(f)
+
+
+def _quietly(f: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with quiet():
+            return f(*args, **kwargs)
+
+    return wrapper

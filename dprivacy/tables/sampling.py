@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dprivacy.tables.agents import PartitionAgent, SigmaAgent
 from dprivacy.tables.params import count_arg, prob_arg
 from dprivacy.tables.pinq import Queryable
+from dprivacy.tables.rowwise import quietly
 
 __all__ = [
     "sigma_take",
@@ -130,42 +131,49 @@ def _parts(q: Queryable, kind: str, param: float, sigma: Sigma) -> tuple[Queryab
             Queryable._derive(kbar, shared.part(False), q._roots, q._noise))
 
 
+@quietly
 def sample_fixed(q: Queryable, n: int) -> Queryable:
     """A uniform n-subset (all of D if |D| ≤ n); cost σ_fixed(n)."""
     n = _n(n)
     return _sample(q, "fixed", n, sigma_fixed(n))
 
 
+@quietly
 def sample_with_replacement(q: Queryable, n: int) -> Queryable:
     """n independent uniform draws (empty if D is empty); cost n·ε."""
     n = _n(n)
     return _sample(q, "replacement", n, sigma_with_replacement(n))
 
 
+@quietly
 def sample_fraction(q: Queryable, p: float) -> Queryable:
     """⌊p·|D|⌋ records uniformly without replacement; cost σ_fraction(p)."""
     p = _p(p, "p")
     return _sample(q, "fraction", p, sigma_fraction(p))
 
 
+@quietly
 def sample_bernoulli(q: Queryable, b: float) -> Queryable:
     """Each record independently with probability b; cost σ_bernoulli(b) < ε."""
     b = _p(b, "b")
     return _sample(q, "bernoulli", b, sigma_bernoulli(b))
 
 
+@quietly
 def partition_fixed(q: Queryable, n: int) -> tuple[Queryable, Queryable]:
     """(uniform n-subset, the rest); the parts share a max-agent; cost σ̂_fixed(n)."""
     n = _n(n)
     return _parts(q, "fixed", n, sigma_fixed_partition(n))
 
 
+@quietly
 def partition_fraction(q: Queryable, p: float) -> tuple[Queryable, Queryable]:
     """(⌊p|D|⌋ uniform records, the rest); cost σ̂_fraction(p)."""
     p = _p(p, "p")
     return _parts(q, "fraction", p, sigma_fraction_partition(p))
 
 
+@quietly
 def partition_bernoulli(q: Queryable, b: float) -> tuple[Queryable, Queryable]:
     """(Bernoulli(b) sample, the rest); cost ε (Thm 9)."""
     b = _p(b, "b")
