@@ -144,8 +144,9 @@ def resolve_rowwise(f: Any, table: ir.Table, *, what: str) -> ir.Value:
     Parameters:
         f: an Ibis deferred expression (``_.age > 17``), a function of the table returning an
             Ibis value expression (``lambda t: t.age > 17``; it receives the unbound public table,
-            never data), a column name, an Ibis value expression built on ``table``, or a Python
-            scalar (a constant column).
+            never data; a returned Python list of expressions becomes an array, a dict a
+            struct, as ``select_many`` needs), a column name, an Ibis value expression built
+            on ``table``, or a Python scalar (a constant column).
         table: the public table from :func:`public_table`.
         what: the operation's name, for error messages (``"where"``, ``"select(band=...)"``).
 
@@ -169,6 +170,8 @@ def resolve_rowwise(f: Any, table: ir.Table, *, what: str) -> ir.Value:
             v = f(table)
             if isinstance(v, Deferred):
                 v = v.resolve(table)
+            elif isinstance(v, (list, tuple, dict)):  # a list of outputs (select_many), a record
+                v = _literal_structure(v, table)
         elif isinstance(f, (bool, int, float)) or f is None:
             v = ibis.literal(f)
         else:
@@ -190,6 +193,17 @@ def resolve_rowwise(f: Any, table: ir.Table, *, what: str) -> ir.Value:
         )
     check_rowwise(v, table, what=what)
     return make_total(v)
+
+
+def _literal_structure(v: Any, table: ir.Table) -> Any:
+    """A Python list (of values, lists or dicts of expressions) as an Ibis array / struct."""
+    if isinstance(v, Deferred):
+        return v.resolve(table)
+    if isinstance(v, dict):
+        return ibis.struct({k: _literal_structure(x, table) for k, x in v.items()})
+    if isinstance(v, (list, tuple)):
+        return ibis.array([_literal_structure(x, table) for x in v])
+    return v
 
 
 def check_rowwise(v: ir.Value, table: ir.Table, *, what: str) -> None:

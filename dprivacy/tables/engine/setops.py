@@ -101,7 +101,7 @@ def bounded_join(rel: IbisRelation, other: IbisRelation, bound_self: int, bound_
                  on: Sequence[str], right_on: Sequence[str]) -> IbisRelation:
     """Each side keeps its first ``bound`` records per key (value order), then an inner join."""
     left = _first_per_key(_public_cols(rel), list(on), int(bound_self))
-    right = _first_per_key(_public_cols(other), list(right_on), int(bound_other))
+    right = _first_per_key(_public_cols(other), list(right_on), int(bound_other)).view()
     preds = [left[a] == right[b] for a, b in zip(on, right_on, strict=True)]
     out = left.join(right, preds, rname="{name}_right")
     return rel.with_table(_bottom(out), unique=False)
