@@ -1,10 +1,10 @@
 """PINQ budget agents: stability as a multiplication on the way up the chain.
 
-Shape of PINQ's C# agents (spec PINQ_PROPER.md §2.1 [EXT]): ``Budget`` holds the global budget,
+Shape of PINQ's C# agents (PINQ.cs, McSherry's PINQ source): ``Budget`` holds the global budget,
 ``Unary(target, scale)`` forwards ``scale·ε`` (this is how a c-stable transformation costs c·ε,
-P-III Thm 1), ``Binary(a, b)`` charges both parents of a binary transformation, and
+PST'16 Thm 1), ``Binary(a, b)`` charges both parents of a binary transformation, and
 ``Partition`` shares one running maximum between the parts of a partition so that parallel
-queries cost the max, not the sum (P-III Thm 3). ``Sigma(target, σ)`` generalises ``Unary`` to
+queries cost the max, not the sum (PST'16 Thm 3). ``Sigma(target, σ)`` generalises ``Unary`` to
 the probabilistic stabilities σ(ε) of Paper III (§7): it forwards ``σ(total + ε) − σ(total)``,
 since every query downstream of one random sample is one mechanism whose total privacy is the
 sum of the queries' ε (σ is convex with σ(0) = 0, so charging σ of each increment separately
@@ -76,7 +76,7 @@ class BudgetAgent(Agent):
 
     @property
     def remaining(self) -> float:
-        """The budget left (public: budgets and scales are data-independent, P-I §7)."""
+        """The budget left (public: budgets and scales are data-independent, FW-PINQ §7)."""
         return self._remaining
 
     def apply(self, eps: float, journal: Journal, dry: bool = False) -> bool:
@@ -107,10 +107,10 @@ class UnaryAgent(Agent):
 
 
 class SigmaAgent(Agent):
-    """Forwards ``σ(total + ε) − σ(total)``: a σ-probabilistically stable sampler (P-III Def. 5).
+    """Forwards ``σ(total + ε) − σ(total)``: a σ-probabilistically stable sampler (PST'16 Def. 5).
 
     ``total`` is the sum of ε charged through this agent so far; all those queries read the same
-    sample, so together they are a ``total``-DP mechanism and cost σ(total) (P-III Prop. 2).
+    sample, so together they are a ``total``-DP mechanism and cost σ(total) (PST'16 Prop. 2).
     """
 
     def __init__(self, target: Agent, sigma: Callable[[float], float]) -> None:
@@ -142,7 +142,7 @@ class BinaryAgent(Agent):
 class PartitionAgent:
     """Shared state of a partition (PINQAgentPartition): per-part running totals and one maximum.
 
-    Only increases of the maximum are forwarded to ``target`` (parallel composition, P-III Thm 3).
+    Only increases of the maximum are forwarded to ``target`` (parallel composition, PST'16 Thm 3).
     """
 
     def __init__(self, target: Agent) -> None:

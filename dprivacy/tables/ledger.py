@@ -2,7 +2,7 @@
 
 The in-memory ledger is :class:`dprivacy.tables.memory_ledger.MemoryLedger`.
 
-ProPer (spec PINQ_PROPER.md §6.4) keeps one budget B(r) per input record r. A query charges each
+ProPer (POPL'15, Fig. 3 Query rule) keeps one budget B(r) per input record r. A query charges each
 record r a cost C(r); r pays iff B(r) ≥ C(r), and then B(r) −= C(r); records that cannot pay are
 not charged (and the caller silently leaves their data out). Privacy condition: a budget never
 goes below zero, so each record's total privacy loss is at most its initial budget ℰ(r)

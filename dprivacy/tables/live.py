@@ -8,12 +8,12 @@ backend), not the analyst's.
   deleted sources stay in the ledger and are never given back.
 * ``update`` is a per-record map on the matching records, keeping their provenance:
   ``f(record)`` returns a dict of new column values.
-* ``set_refresh(f)`` / ``refresh()``: the prototype's ``SetRefresh``/``Refresh``. The seed says
+* ``set_refresh(f)`` / ``refresh()``: the prototype's ``SetRefresh``/``Refresh``. The paper says
   only that the user-defined function "is called by the client program each time Refresh() is
   called"; its example removes every record and inserts a new population with budget ε. Here
   ``f`` receives the table and changes it in place through the three operations above (its return
   value is ignored). A refresh never raises a budget: periodic budget increase (GUPT-style
-  degradation, P-II §7) is an idea the seed leaves outside the proven model, so it is not offered.
+  degradation, POPL'15 §7) is an idea the paper leaves outside the proven model, so it is not offered.
 
 Privacy condition: each operation is an Input or an assignment tv := F(tv) with a ⊎-preserving F
 (Fig. 3), which changes no budget, so ProPer Theorem 2 (ℰ-PDP) still holds.

@@ -1,17 +1,17 @@
-"""Sampling and partitioning with probabilistic stability (Paper III; spec PINQ_PROPER.md §7).
+"""Sampling and partitioning with probabilistic stability (Ebadi & Sands, PST'16).
 
-A sampler RS is σ-probabilistically stable if M∘RS is σ(ε)-DP for every ε-DP M (P-III Def. 5).
+A sampler RS is σ-probabilistically stable if M∘RS is σ(ε)-DP for every ε-DP M (PST'16 Def. 5).
 Each operator here returns a PINQ :class:`~dprivacy.tables.Queryable` whose agent is a
 :class:`~dprivacy.tables.agents.SigmaAgent`: queries of total accuracy E on the sample cost
-σ(E) upstream (σ's composed from the mechanism back to the source, §7.1 [NOTE]).
+σ(E) upstream (σ's composed from the mechanism back to the source).
 
-Costs (spec §7.6, with the corrections [R] of the spec):
+Costs (PST'16 §4; [R] marks a corrected form of a garbled formula of the paper):
 
 =============================  ===================================  =============================
 operator                       σ(ε) (sample)                        σ̂(ε) (sample + complement)
 =============================  ===================================  =============================
 fixed size n, no replacement   ln((n e^{2ε} + 1)/(n + 1))  (Thm 6)  ln((n e^{3ε} + e^{ε})/(n + 1)) [R]
-fixed size n, replacement      n·ε (group privacy lower bound §7.3)  –
+fixed size n, replacement      n·ε (group privacy lower bound)     –
 fraction p                     ln(p e^{3ε} + (1−p) e^{ε}) (Thm 8)   ln max(p e^{3ε} + (1−p) e^{ε},
                                                                      p e^{5ε} + (1−p) e^{3ε}) [R]
 Bernoulli b                    ln(b e^{ε} + 1 − b)                  ε (Thm 9)
@@ -58,7 +58,7 @@ Sigma = Callable[[float], float]
 
 
 def sigma_take(eps: float) -> float:
-    """Take/Skip: deterministic, stability 2 (spec §4): 2ε."""
+    """Take/Skip: deterministic, stability 2 (PST'16 §3, the Take attack): 2ε."""
     return 2 * eps
 
 
@@ -71,44 +71,44 @@ def _p(p: float, name: str) -> float:
 
 
 def sigma_fixed(n: int) -> Sigma:
-    """Uniform n-subset without replacement R_n (P-III Thm 6): ln((n e^{2ε}+1)/(n+1))."""
+    """Uniform n-subset without replacement R_n (PST'16 Thm 6): ln((n e^{2ε}+1)/(n+1))."""
     n = _n(n)
     return lambda eps: math.log((n * math.exp(2 * eps) + 1) / (n + 1))
 
 
 def sigma_fixed_partition(n: int) -> Sigma:
-    """(R_n(D), D − R_n(D)) (P-III Thm 7, [R] form): ln((n e^{3ε} + e^{ε})/(n+1))."""
+    """(R_n(D), D − R_n(D)) (PST'16 Thm 7, [R] form): ln((n e^{3ε} + e^{ε})/(n+1))."""
     n = _n(n)
     return lambda eps: math.log((n * math.exp(3 * eps) + math.exp(eps)) / (n + 1))
 
 
 def sigma_with_replacement(n: int) -> Sigma:
-    """n draws with replacement: n·ε (∅ vs {a} gives n copies of a; spec §7.3)."""
+    """n draws with replacement: n·ε (∅ vs {a} gives n copies of a; group privacy)."""
     n = _n(n)
     return lambda eps: n * eps
 
 
 def sigma_fraction(p: float) -> Sigma:
-    """⌊p|D|⌋ uniform items P_p (P-III Thm 8; the second term dominates): ln(p e^{3ε}+(1−p)e^{ε})."""
+    """⌊p|D|⌋ uniform items P_p (PST'16 Thm 8; the second term dominates): ln(p e^{3ε}+(1−p)e^{ε})."""
     p = _p(p, "p")
     return lambda eps: math.log(p * math.exp(3 * eps) + (1 - p) * math.exp(eps))
 
 
 def sigma_fraction_partition(p: float) -> Sigma:
-    """(P_p(D), rest) ([R] of spec §7.4): ln max(p e^{3ε}+(1−p)e^{ε}, p e^{5ε}+(1−p)e^{3ε})."""
+    """(P_p(D), rest) ([R], corrected from PST'16 §4.4): ln max(p e^{3ε}+(1−p)e^{ε}, p e^{5ε}+(1−p)e^{3ε})."""
     p = _p(p, "p")
     return lambda eps: math.log(max(p * math.exp(3 * eps) + (1 - p) * math.exp(eps),
                                     p * math.exp(5 * eps) + (1 - p) * math.exp(3 * eps)))
 
 
 def sigma_bernoulli(b: float) -> Sigma:
-    """Bernoulli sampling B_b (amplification; P-III §4.5): ln(b e^{ε} + 1 − b)."""
+    """Bernoulli sampling B_b (amplification; PST'16 §4.5): ln(b e^{ε} + 1 − b)."""
     b = _p(b, "b")
     return lambda eps: math.log(b * math.exp(eps) + 1 - b)
 
 
 def sigma_bernoulli_partition(b: float) -> Sigma:
-    """(B_b(D), rest) (P-III Thm 9): ε, like a deterministic 1-stable partition."""
+    """(B_b(D), rest) (PST'16 Thm 9): ε, like a deterministic 1-stable partition."""
     _p(b, "b")
     return lambda eps: eps
 
