@@ -107,6 +107,7 @@ class BudgetTable:
         with self._session() as d:
             self._db.execute(_SCHEMA.format(d=d, big=_MAX_UNITS))
         self.last_query_id: int | None = None
+        self.fold_rows: int | None = None  # pending debits that trigger a fold (None: automatic)
 
     # ------------------------------------------------------------------ sessions
     def _session(self) -> _Session:
@@ -244,7 +245,8 @@ class BudgetTable:
         caller's transaction), and recompute the floor exactly."""
         d = self._alias
         (pending,) = self._db.execute(f"SELECT COUNT(*) FROM {d}.charges").fetchall()[0]
-        if pending <= max(self._meta("sources"), 1 << 16):
+        limit = self.fold_rows if self.fold_rows is not None else max(self._meta("sources"), 1 << 16)
+        if pending <= limit:
             return
         self._db.execute(
             f"CREATE OR REPLACE TABLE {d}.budgets AS SELECT b.id, b.initial, b.remaining - "
