@@ -70,9 +70,11 @@ class ProPerTable(LiveData, NoisyQueries):
     Parameters:
         data: the source records, one individual each (a pandas DataFrame, or a Parquet path /
             DuckDB / Ibis / Spark table for the engine backends).
-        budget: the initial budget ℰ(r): a number for all, a column name, or one value per row.
-        ledger: where budgets live (default: a fresh :class:`MemoryLedger`); pass a
-            :class:`~dprivacy.tables.Ledger` for durable budgets shared between processes.
+        budget: the initial budget ℰ(r): a number for all, a column name, or (pandas only) one
+            value per row.
+        ledger: where budgets live. pandas: a :class:`MemoryLedger` (the default) or a durable
+            SQLite :class:`~dprivacy.tables.Ledger` shared between processes; engines: None (in
+            memory), the path of a DuckDB file, or a ``dprivacy.tables.engine.BudgetTable``.
         id_column: a column of stable, non-negative integer person ids (strongly recommended:
             without it every new table hands everybody a fresh budget). Ids already in the
             ledger keep their stored budget; new ones get ``budget``.

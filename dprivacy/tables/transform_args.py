@@ -11,6 +11,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 from dprivacy.errors import ValidationError
+from dprivacy.tables.rowwise import clean
 
 __all__ = ["select_exprs", "select_many_columns", "column_list", "group_aggs",
            "partition_keys", "same_columns", "GROUP_AGGS"]
@@ -82,7 +83,14 @@ def partition_keys(keys: Iterable[Hashable], f: Any, columns: Sequence[Hashable]
     """The explicit, distinct, hashable keys of a partition; ``f`` a column or analyst code."""
     if isinstance(keys, (str, bytes)):
         raise ValidationError("keys must be a list of keys, not a string")
-    klist = list(keys)
+    klist = []
+    for k in keys:
+        c = clean(k)
+        if (c is None) != (k is None):
+            raise ValidationError(
+                f"partition key {k!r}: keys are plain values (None, bool, int, float, str, bytes, "
+                "dates and times, Decimal, or tuples of those)")
+        klist.append(c)
     try:
         distinct = len(set(klist)) == len(klist)
     except TypeError as exc:
