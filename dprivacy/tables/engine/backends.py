@@ -20,6 +20,7 @@ import threading
 from typing import Any
 
 import ibis
+import ibis.expr.operations as ops
 import ibis.expr.types as ir
 import numpy as np
 import pandas as pd
@@ -118,17 +119,28 @@ class DuckEngine(Engine):
     def arrow(self, expr: ir.Expr) -> pa.Table:
         return self.raw.sql(self.sql(expr)).to_arrow_table()
 
+    def table(self, name: str) -> ir.Table:
+        """An Ibis table over the view ``name`` (schema read from a zero-row Arrow result, which
+        is much cheaper than Ibis's own catalogue lookup)."""
+        try:
+            schema = self.raw.sql(f'SELECT * FROM "{name}" LIMIT 0').to_arrow_table().schema
+            sch = ibis.Schema.from_pyarrow(schema)
+        except Exception:  # a type Arrow cannot describe: ask Ibis
+            return self.ibis.table(name)
+        return ops.DatabaseTable(name=name, schema=sch, source=self.ibis,
+                                 namespace=ops.Namespace()).to_expr()
+
     def register_frame(self, data: pd.DataFrame | pa.Table, prefix: str = "src") -> ir.Table:
         name = fresh_name(prefix)
         self.raw.register(name, data)  # zero-copy scan of the frame's buffers
-        return self.ibis.table(name)
+        return self.table(name)
 
     def register_parquet(self, paths: list[str]) -> ir.Table:
         """A view over Parquet file(s): scanned out of core, in parallel, on every query."""
         name = fresh_name("parquet")
         lit = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
         self.execute(f'CREATE OR REPLACE TEMP VIEW "{name}" AS SELECT * FROM read_parquet([{lit}])')
-        return self.ibis.table(name)
+        return self.table(name)
 
 
 class SparkEngine(Engine):

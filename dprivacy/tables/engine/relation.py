@@ -37,7 +37,7 @@ from ibis.common.deferred import Deferred
 from dprivacy.errors import DPrivacyError, ValidationError
 from dprivacy.tables.engine import aggregates, setops
 from dprivacy.tables.engine.backends import Engine
-from dprivacy.tables.engine.rowwise import public_table, rebind, resolve_rowwise
+from dprivacy.tables.engine.rowwise import needs_guard, public_table, rebind, resolve_rowwise
 from dprivacy.tables.relation import ElementCosts
 
 __all__ = ["IbisRelation", "PID"]
@@ -64,6 +64,7 @@ class IbisRelation:
         self.backend: str = engine.name
         self.table = table
         self.unique = unique
+        self._resolved: dict[int, tuple[Any, ir.Value]] = {}
         cols = [c for c in table.columns if c != PID]
         sch = table.schema()
         self._public = public_table(ibis.schema({c: sch[c] for c in cols}))
@@ -75,7 +76,13 @@ class IbisRelation:
     def expr(self, f: Any, what: str) -> ir.Value:
         """The analyst's row-wise ``f`` checked (:func:`~.rowwise.resolve_rowwise`) and bound
         to this relation's plan."""
-        return rebind(resolve_rowwise(f, self._public, what=what), self._public, self.table)
+        hit = self._resolved.get(id(f))
+        if hit is not None and hit[0] is f:  # checked before (Relation.check): reuse exactly it
+            v = hit[1]
+        else:
+            v = resolve_rowwise(f, self._public, what=what)
+            self._resolved[id(f)] = (f, v)
+        return rebind(v, self._public, self.table)
 
     def _pid(self) -> ir.IntegerColumn:
         return self.table[PID]
@@ -247,7 +254,8 @@ class IbisRelation:
         if callable(f) and not isinstance(f, (Deferred, ir.Value)) and _n_params(f) == 2:
             return
         v = self.expr(f, "expression")
-        self.engine.bind(self.table.select(__dp_check=v))
+        if needs_guard(v.op()):  # comparisons of columns and literals need no engine binding
+            self.engine.bind(self.table.select(__dp_check=v))
 
     def check_value(self, value: Any) -> None:
         """Raise now (before any charge) if ``value`` is not a usable row-wise value spec."""

@@ -335,7 +335,8 @@ _SAFE: frozenset[type] = _ops(
 )
 
 
-def _needs_guard(node: ops.Node) -> bool:
+def needs_guard(node: ops.Node) -> bool:
+    """Whether ``node`` holds an operation whose compiled SQL could raise on some data."""
     for n in node.find(ops.Value):
         if type(n) is ops.Field or type(n) in _SAFE:
             continue
@@ -353,7 +354,7 @@ def make_total(v: ir.Value) -> ir.Value:
     """
     root = v.op()
     out = root.replace(_total_node)
-    if _needs_guard(out):
+    if needs_guard(out):
         out = DPTry(out)
     expr = out.to_expr()
     return expr.name(v.get_name()) if _has_name(v) else expr

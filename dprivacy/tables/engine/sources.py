@@ -141,13 +141,9 @@ def relation_from(source: Any, backend: str | None = None, *,
         else:
             session = _spark_session()
             engine = _engine_for(session, lambda: SparkEngine(session))
-        data = source if isinstance(source, pa.Table) else pa.Table.from_pandas(
-            source, preserve_index=False)
-        _check_columns(data.column_names)
-        if id_column is None and backend == "duckdb":
-            data = data.append_column(PID, pa.array(np.full(data.num_rows, -1, np.int64)))
-            return IbisRelation(engine, engine.register_frame(data), unique=True)
-        table = engine.register_frame(data)
+        _check_columns(list(source.column_names if isinstance(source, pa.Table) else
+                            source.columns))
+        table = engine.register_frame(source)  # DuckDB scans the frame's arrays in place
     else:
         infer_backend(source)  # raises the helpful error
         raise AssertionError("unreachable")
