@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from dprivacy.errors import ValidationError
 from dprivacy.tables.agents import PartitionAgent, SigmaAgent
 from dprivacy.tables.params import count_arg, prob_arg
 from dprivacy.tables.pinq import Queryable
@@ -116,6 +117,10 @@ def sigma_bernoulli_partition(b: float) -> Sigma:
 def _split(q: Queryable, kind: str, param: float, sigma: Sigma
            ) -> tuple[Queryable, Queryable]:
     """(sample, rest) drawn with a fresh secret from the table's noise source."""
+    if not isinstance(q, Queryable):
+        raise ValidationError(
+            f"sampling needs a PINQ Queryable, got a {type(q).__name__}: samplers are not "
+            "union-preserving, so a ProPerTable must go through as_pinq(eps) first")
     return q._rel.sample(kind, param, q._noise.secret())
 
 

@@ -120,3 +120,12 @@ def test_bad_sampling_parameters(bad):
         s.sample_bernoulli(t, bad)
     with pytest.raises(ValidationError):
         s.sample_fixed(t, bad)
+
+
+def test_samplers_refuse_proper_tables():
+    from dprivacy.tables import ProPerTable
+
+    p = ProPerTable(data(), budget=1.0)
+    with pytest.raises(ValidationError, match="as_pinq"):
+        s.sample_bernoulli(p, 0.5)
+    assert (p.ledger.remaining(range(50)) == 1.0).all()
