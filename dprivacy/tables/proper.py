@@ -25,6 +25,7 @@ without r differ by a factor ≤ exp(ℰ(r)) (ProPer Theorem 2), because budgets
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any, NoReturn
 
@@ -55,6 +56,9 @@ from dprivacy.tables.transform_args import (
 )
 
 __all__ = ["ProPerTable"]
+
+logger = logging.getLogger(__name__)
+_WARNED = False  # the missing-id_column warning is logged once per process
 
 _UNTRACKABLE = (
     "ProPer tracks provenance only through unary union-preserving transformations (where, select, "
@@ -98,6 +102,12 @@ class ProPerTable(LiveData, NoisyQueries):
         self._unique = True
         self._cache: dict[str, Any] = {}
         name = check_backend(data, backend)
+        global _WARNED
+        if id_column is None and not _WARNED:
+            _WARNED = True
+            logger.warning(
+                "ProPerTable without id_column: its records get fresh ids, so their budgets do "
+                "not carry over to any other table or run; pass id_column= (a stable person id)")
         if name == "pandas":
             self._ledger: Any = ledger if ledger is not None else MemoryLedger()
             self._budgets: Any = LedgerBudgets(self._ledger)
