@@ -66,7 +66,8 @@ def simulate(b: Fraction, f: int, queue: int, eps: Fraction, q: Fraction, ticks:
         raise ValueError(f"l = {queue} must be a multiple of f = {f} (whole batches)")
     residence = queue // f
     batches: deque[np.ndarray] = deque()
-    table = ProPerTable(pd.DataFrame({"v": np.zeros(0)}), budget=float(b))
+    table = ProPerTable(pd.DataFrame({"v": np.zeros(0)}), budget=float(b),
+                        noise_seed=int(rng.integers(0, 2**31)))  # a simulation: seeded noise
     new = pd.DataFrame({"v": np.ones(f)})
 
     def arrive(t: ProPerTable) -> None:  # the user-defined refresh: one batch in, the oldest out
@@ -82,11 +83,11 @@ def simulate(b: Fraction, f: int, queue: int, eps: Fraction, q: Fraction, ticks:
         while Fraction(j) / q < tick + 1:  # the queries at times j/q in [tick, tick + 1)
             j += 1
             if tick < 2 * residence:
-                table.noisy_count(float(eps), rng=rng, secure=False)
+                table.noisy_count(float(eps))
                 continue
             ids = np.concatenate(batches)
             blocked.append(float(np.mean(table.ledger.remaining(ids) < float(eps))))
-            answers.append(table.noisy_count(float(eps), rng=rng, secure=False))
+            answers.append(table.noisy_count(float(eps)))
     bl = np.asarray(blocked)
     return {
         "queries": float(bl.size),

@@ -31,15 +31,16 @@ EXPECTED = {"A": 1, "B": 2, "C": 3, "D": 10, "E": 3, "F": 3, "G": 22}
 
 
 def repeat(k: int):
-    return lambda d: pd.concat([d] * k).sort_index(kind="stable")
+    """A per-record flat-map with k copies of the record's key."""
+    return lambda r: [r["key"] if "key" in r else r["value"]] * k
 
 
 def build(df: pd.DataFrame, budget: float) -> dict[str, Queryable]:
-    a = Queryable(df, budget=budget)
+    a = Queryable(df, budget=budget, noise_seed=0)
     b = a.group_by("key")
     c = a.select_many(3, repeat(3))
     d = b.select_many(5, repeat(5))
-    parts = c.partition([0, 1], lambda x: x["key"].to_numpy() % 2)
+    parts = c.partition([0, 1], lambda r: r["value"] % 2)
     e, f = parts[0], parts[1]
     g = d.concat(e.select_many(4, repeat(4)))
     return {"A": a, "B": b, "C": c, "D": d, "E": e, "F": f, "G": g}
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         tables = build(df, budget=1000.0)  # a fresh source per table: a real query's charge
         t = tables[name]
         dry = t.cost(args.eps)
-        t.noisy_count(args.eps, rng=0, secure=False)
+        t.noisy_count(args.eps)
         spent = 1000.0 - float(tables["A"].remaining_budget())
         rows.append({"table": name, "expected_s": EXPECTED[name], "dry_run_cost": dry,
                      "charged": spent, "measured_s": spent / args.eps})

@@ -43,19 +43,19 @@ def spend(df: pd.DataFrame, seed: int = 0) -> tuple[float, float]:
 
     PINQ uses a partition (parallel composition) when the roles are disjoint, else one Where
     per role (sequential composition); ProPer always uses one Where per role."""
-    pinq = Queryable(df, budget=100.0)
-    prop = ProPerTable(df, budget=100.0)
+    pinq = Queryable(df, budget=100.0, noise_seed=seed)
+    prop = ProPerTable(df, budget=100.0, noise_seed=seed)
     cols = list(df.columns)
     disjoint = bool((df.to_numpy().sum(axis=1) <= 1).all())
     if disjoint:  # PINQ can use parallel composition: partition by the one role
-        parts = pinq.partition(range(len(cols)), lambda d: np.argmax(d.to_numpy(), axis=1)
-                               + len(cols) * (d.to_numpy().sum(axis=1) == 0))
+        parts = pinq.partition(range(len(cols)), lambda r: next(
+            (j for j, c in enumerate(cols) if r[c]), len(cols)))
         groups = [parts[j] for j in range(len(cols))]
     else:
-        groups = [pinq.where(lambda d, c=col: d[c].to_numpy()) for col in cols]
+        groups = [pinq.where(lambda r, c=col: r[c]) for col in cols]
     for grp, col in zip(groups, cols, strict=True):
-        grp.noisy_count(EPS, rng=seed, secure=False)
-        prop.where(lambda d, c=col: d[c].to_numpy()).noisy_count(EPS, rng=seed, secure=False)
+        grp.noisy_count(EPS)
+        prop.where(lambda r, c=col: r[c]).noisy_count(EPS)
     personal = 100.0 - prop.ledger.remaining(np.arange(len(df)))
     return 100.0 - float(pinq.remaining_budget()), float(personal.max())
 

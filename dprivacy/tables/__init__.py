@@ -1,10 +1,15 @@
 """PINQ and ProPer tables: global and personal budgets, provenance, a durable budget ledger.
 
-See the spec ``PINQ_PROPER.md``: :class:`Queryable` (PINQ, one global budget and stability-tracked
-transformations), :class:`ProPerTable` (personal budgets, affine provenance, silent dropping),
-:class:`Ledger` / :class:`MemoryLedger` (budget stores), :mod:`.sampling` (Paper III),
-:mod:`.live` (ProPer's insert/delete/update/refresh) and :mod:`.multiset` (the multiset and
-multi-relation semantics of ProPer's provenance, spec §6.2).
+:class:`Queryable` (PINQ: one global budget, stability-tracked transformations),
+:class:`ProPerTable` (ProPer, POPL'15: personal budgets, provenance, silent dropping),
+:class:`Ledger` / :class:`MemoryLedger` (budget stores), :mod:`.sampling` (sampling with
+probabilistic stability, PST'16), :mod:`.live` (ProPer's insert/delete/update/refresh) and
+:mod:`.multiset` (the multiset semantics of ProPer's provenance).
+
+The records live in a :class:`~dprivacy.tables.relation.Relation`: pandas in memory (analyst code
+is a Python callable of one record, :mod:`.rowwise`), or DuckDB / Spark through Ibis
+(:mod:`.engine`; analyst code is a row-wise Ibis expression). Noise comes from OpenDP's secure
+samplers unless the data owner fixes ``noise_seed`` (:mod:`.randomness`).
 
 Names are imported lazily (PEP 562), so a process that only needs the ledger (e.g. a worker
 charging a shared SQLite file) does not pay for pandas and OpenDP.
@@ -28,6 +33,11 @@ _WHERE = {
     "SigmaAgent": "agents",
     "BinaryAgent": "agents",
     "PartitionAgent": "agents",
+    "NoiseSource": "randomness",
+    "Relation": "relation",
+    "PersonalBudgets": "relation",
+    "PandasRelation": "pandas_relation",
+    "Record": "rowwise",
 }
 
 __all__ = list(_WHERE)

@@ -1,10 +1,10 @@
 """PINQ budget agents: stability as a multiplication on the way up the chain.
 
-Shape of PINQ's C# agents (spec PINQ_PROPER.md §2.1 [EXT]): ``Budget`` holds the global budget,
+Shape of PINQ's C# agents (PINQ.cs, McSherry's PINQ source): ``Budget`` holds the global budget,
 ``Unary(target, scale)`` forwards ``scale·ε`` (this is how a c-stable transformation costs c·ε,
-P-III Thm 1), ``Binary(a, b)`` charges both parents of a binary transformation, and
+PST'16 Thm 1), ``Binary(a, b)`` charges both parents of a binary transformation, and
 ``Partition`` shares one running maximum between the parts of a partition so that parallel
-queries cost the max, not the sum (P-III Thm 3). ``Sigma(target, σ)`` generalises ``Unary`` to
+queries cost the max, not the sum (PST'16 Thm 3). ``Sigma(target, σ)`` generalises ``Unary`` to
 the probabilistic stabilities σ(ε) of Paper III (§7): it forwards ``σ(total + ε) − σ(total)``,
 since every query downstream of one random sample is one mechanism whose total privacy is the
 sum of the queries' ε (σ is convex with σ(0) = 0, so charging σ of each increment separately
@@ -24,12 +24,12 @@ all-or-nothing ledger transaction, and undoes the walk if the ledger refuses.
 from __future__ import annotations
 
 import math
-import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable
 from typing import Any, Protocol
 
 from dprivacy.errors import BudgetExceededError, ValidationError
+from dprivacy.tables.params import eps_arg, real
 
 __all__ = [
     "Agent",
@@ -68,15 +68,15 @@ class BudgetAgent(Agent):
     """The root: a global budget B. Accepts ε iff ε ≤ remaining (FW-PINQ Query rule, Fig. 1)."""
 
     def __init__(self, budget: float) -> None:
-        b = float(budget)
-        if not math.isfinite(b) or b < 0:
+        b = real(budget, "budget")
+        if b < 0:
             raise ValidationError(f"budget = {budget!r}: a privacy budget is a finite number >= 0")
         self._remaining = b
         self.spent_in_dry_run = 0.0
 
     @property
     def remaining(self) -> float:
-        """The budget left (public: budgets and scales are data-independent, P-I §7)."""
+        """The budget left (public: budgets and scales are data-independent, FW-PINQ §7)."""
         return self._remaining
 
     def apply(self, eps: float, journal: Journal, dry: bool = False) -> bool:
@@ -107,10 +107,10 @@ class UnaryAgent(Agent):
 
 
 class SigmaAgent(Agent):
-    """Forwards ``σ(total + ε) − σ(total)``: a σ-probabilistically stable sampler (P-III Def. 5).
+    """Forwards ``σ(total + ε) − σ(total)``: a σ-probabilistically stable sampler (PST'16 Def. 5).
 
     ``total`` is the sum of ε charged through this agent so far; all those queries read the same
-    sample, so together they are a ``total``-DP mechanism and cost σ(total) (P-III Prop. 2).
+    sample, so together they are a ``total``-DP mechanism and cost σ(total) (PST'16 Prop. 2).
     """
 
     def __init__(self, target: Agent, sigma: Callable[[float], float]) -> None:
@@ -142,7 +142,7 @@ class BinaryAgent(Agent):
 class PartitionAgent:
     """Shared state of a partition (PINQAgentPartition): per-part running totals and one maximum.
 
-    Only increases of the maximum are forwarded to ``target`` (parallel composition, P-III Thm 3).
+    Only increases of the maximum are forwarded to ``target`` (parallel composition, PST'16 Thm 3).
     """
 
     def __init__(self, target: Agent) -> None:
@@ -240,9 +240,9 @@ def charge(agent: Agent, eps: float) -> None:
     Raises:
         BudgetExceededError: some root budget cannot pay; every agent is left unchanged.
     """
-    _check_eps(eps)
+    eps = eps_arg(eps)
     journal: Journal = []
-    ok = agent.apply(float(eps), journal)
+    ok = agent.apply(eps, journal)
     if ok:
         deferred = [e for e in journal if isinstance(e, DeferredCharge)]
         try:
@@ -266,18 +266,11 @@ def cost(agent: Agent, eps: float, roots: list[BudgetAgent]) -> float:
     Done by a dry run that accepts everything and is then undone, so partition maxima and σ
     totals are taken into account exactly.
     """
-    _check_eps(eps)
+    eps = eps_arg(eps)
     journal: Journal = []
     before = [r.spent_in_dry_run for r in roots]
-    agent.apply(float(eps), journal, dry=True)
+    agent.apply(eps, journal, dry=True)
     spent = sum(r.spent_in_dry_run - b for r, b in zip(roots, before, strict=True))
     for undo in reversed(journal):
         undo()
     return spent
-
-
-def _check_eps(eps: float) -> None:
-    if not isinstance(eps, numbers.Real) or isinstance(eps, bool) or not math.isfinite(eps):
-        raise ValidationError(f"eps = {eps!r}: expected a finite number > 0")
-    if eps <= 0:
-        raise ValidationError(f"eps = {eps}: the accuracy of a query must be > 0")

@@ -1,135 +1,159 @@
-"""ε-DP aggregations on a pandas DataFrame (the noisy primitives of PINQ, spec §2.3 [EXT]).
+"""ε-DP aggregations of PINQ and ProPer tables, planned before the charge and run after it.
 
-These kernels only compute and add noise; the caller (a PINQ :class:`~dprivacy.tables.Queryable`
-or a :class:`~dprivacy.tables.ProPerTable`) charges the budget *before* calling them. Every
-kernel is ε-DP with respect to adding or removing one record of ``df`` (unbounded DP, spec §1):
+Each ``*_plan`` function checks the analyst's arguments (ε, the clamping range, the value
+specification, the candidates) and the noise scales they imply, raising
+:class:`~dprivacy.errors.ValidationError` BEFORE anything is charged; it returns a plan
+``plan(relation, noise) -> answer`` that the table runs only after the charge has been committed.
+The plan asks the relation for one exact aggregate (computed in the engine) and adds noise in the
+driver from the table's :class:`~dprivacy.tables.randomness.NoiseSource`. Every plan is total: an
+empty table gives a noisy answer, huge values saturate, nothing raises because of the records.
 
-* ``count``: count + Lap(1/ε) (sensitivity 1).
-* ``sum``: values clamped to [lo, hi], sum + Lap(max(|lo|, |hi|)/ε).
-* ``average``: ε/2 on a noisy sum of the centred clamped values (sensitivity (hi−lo)/2) and ε/2
-  on a noisy count; the ratio is post-processing, clamped to [lo, hi] (sequential composition).
-* ``order_statistic`` / ``median``: the exponential mechanism over [lo, hi] with utility
-  u(z) = −|#{v < z} − q·n| (|Δu| ≤ 1 per added record), density ∝ exp(ε·u(z)/2) (McSherry–Talwar).
-* ``exponential``: per-record scores clamped to [0, 1] and summed per candidate; adding a record
-  raises every candidate's utility by a value in [0, 1] (a monotone utility), so
-  P(r) ∝ exp(ε·u_r) is ε-DP (Dwork & Roth 2014, remark after Thm 3.10).
+Each is ε-DP with respect to adding or removing one record (unbounded DP, PINQ §2):
 
-Values are taken from a column name or a vectorised callable ``f(df) -> array``; NaN values are
-replaced by the midpoint of [lo, hi] before clamping (so NaN cannot make a release fail).
+* count: |T| + Lap(1/ε) (sensitivity 1).
+* sum: values clamped to [lo, hi]; Σ + Lap(max(|lo|, |hi|)/ε).
+* average: ε/2 on the sum of the centred clamped values (sensitivity (hi−lo)/2) and ε/2 on the
+  count; the ratio is post-processing, clamped to [lo, hi] (sequential composition).
+* order statistic / median: the exponential mechanism over [lo, hi] with utility
+  u(z) = −|#{v < z} − q·n| (|Δu| ≤ 1 per record), density ∝ exp(ε·u(z)/2) (McSherry & Talwar
+  2007); the final point is uniform in the chosen interval, drawn from the secure source.
+* exponential mechanism: per-record scores clamped to [0, 1] summed per candidate; adding a
+  record raises every utility by a value in [0, 1] (a monotone utility), so P(r) ∝ exp(ε·u_r) is
+  ε-DP (Dwork & Roth 2014, remark after Theorem 3.10).
+
+Values come from a column name or a row-wise function (a per-record callable on pandas, an Ibis
+expression on the engines); NaN, non-numbers and failures count as the midpoint (lo + hi)/2,
+±inf clamp to lo / hi.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, cast
+import math
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
 
 import numpy as np
-import pandas as pd
 
-from dprivacy import noise
 from dprivacy.errors import ValidationError
-from dprivacy.noise import Rng
+from dprivacy.tables.params import eps_arg, frac_arg, range_arg
+from dprivacy.tables.randomness import NoiseSource
+from dprivacy.tables.relation import Relation, ValueSpec
 
-__all__ = ["count", "sum_", "average", "order_statistic", "exponential", "ValueSpec"]
+__all__ = ["Plan", "count_plan", "sum_plan", "average_plan", "order_statistic_plan",
+           "exponential_plan", "value_spec"]
 
-ValueSpec = str | Callable[[pd.DataFrame], Any] | None
-
-
-def check_range(lo: float, hi: float) -> None:
-    """Validate a clamping range (before anything is charged)."""
-    if not (np.isfinite(lo) and np.isfinite(hi)) or not lo < hi:
-        raise ValidationError(f"clamping range (lo, hi) = ({lo}, {hi}): need finite lo < hi")
+Plan = Callable[[Relation, NoiseSource], Any]
 
 
-def values(df: pd.DataFrame, f: ValueSpec, lo: float, hi: float) -> np.ndarray:
-    """The clamped float values f(df) in [lo, hi] (NaN -> midpoint)."""
+def _scale(sens: float, eps: float) -> float:
+    s = sens / eps
+    if not math.isfinite(s):
+        raise ValidationError(
+            f"the noise scale {sens}/eps = {s} is not finite: use a larger eps or a narrower range"
+        )
+    return s
+
+
+def value_spec(f: ValueSpec | None, columns: Sequence[Hashable], check: Callable[[Any], None]
+               ) -> ValueSpec:
+    """The value specification of an aggregation, checked against the public schema.
+
+    ``None`` means the table's only column; a string must name a column; anything else is
+    row-wise analyst code, checked by the relation's ``check`` (before any charge)."""
     if f is None:
-        if df.shape[1] != 1:
+        if len(columns) != 1:
             raise ValidationError(
-                f"the table has {df.shape[1]} columns: pass f (a column name or a function)"
-            )
-        raw = df.iloc[:, 0].to_numpy()
-    elif isinstance(f, str):
-        if f not in df.columns:
-            raise ValidationError(f"f = {f!r} is not a column; columns are {list(df.columns)}")
-        raw = df[f].to_numpy()
-    else:
-        raw = f(df)
-    v = np.asarray(raw, dtype=float).reshape(-1)
-    if v.shape[0] != len(df):
-        raise ValidationError(f"f returned {v.shape[0]} values for {len(df)} records: need one each")
-    return np.clip(np.nan_to_num(v, nan=(lo + hi) / 2, posinf=hi, neginf=lo), lo, hi)
+                f"the table has {len(columns)} columns: pass f (a column name or a function)")
+        return str(columns[0]) if not isinstance(columns[0], str) else columns[0]
+    if isinstance(f, str):
+        if f not in columns:
+            raise ValidationError(f"f = {f!r} is not a column; columns are {list(columns)}")
+        return f
+    check(f)
+    return f
 
 
-def count(df: pd.DataFrame, eps: float, *, rng: Rng = None, secure: bool = True) -> float:
-    """NoisyCount: |df| + Lap(1/ε)."""
-    return float(noise.add_laplace(float(len(df)), 1.0 / eps, rng=rng, secure=secure))
+def count_plan(eps: Any) -> tuple[float, Plan]:
+    """(ε as a float, plan of NoisyCount: |T| + Lap(1/ε))."""
+    e = eps_arg(eps)
+    scale = _scale(1.0, e)
+
+    def run(rel: Relation, noise: NoiseSource) -> float:
+        return float(noise.add_laplace(float(rel.count()), scale))
+
+    return e, run
 
 
-def sum_(
-    df: pd.DataFrame, eps: float, f: ValueSpec, lo: float, hi: float, *, rng: Rng = None,
-    secure: bool = True,
-) -> float:
+def sum_plan(eps: Any, f: ValueSpec, lo: Any, hi: Any) -> tuple[float, Plan]:
     """NoisySum: Σ clamp(f(x), lo, hi) + Lap(max(|lo|, |hi|)/ε)."""
-    v = values(df, f, lo, hi)
-    sens = max(abs(lo), abs(hi))
-    return float(noise.add_laplace(float(v.sum()), sens / eps, rng=rng, secure=secure))
+    e = eps_arg(eps)
+    a, b = range_arg(lo, hi)
+    scale = _scale(max(abs(a), abs(b)), e)
+
+    def run(rel: Relation, noise: NoiseSource) -> float:
+        return float(noise.add_laplace(rel.clamped_sum(f, a, b), scale))
+
+    return e, run
 
 
-def average(
-    df: pd.DataFrame, eps: float, f: ValueSpec, lo: float, hi: float, *, rng: Rng = None,
-    secure: bool = True,
-) -> float:
+def average_plan(eps: Any, f: ValueSpec, lo: Any, hi: Any) -> tuple[float, Plan]:
     """NoisyAverage: (noisy centred sum at ε/2) / (noisy count at ε/2), clamped to [lo, hi]."""
-    v = values(df, f, lo, hi)
-    mid, half = (lo + hi) / 2, (hi - lo) / 2
-    noisy = cast(np.ndarray, noise.add_laplace(  # an array: the values have shape (2,)
-        np.array([float((v - mid).sum()), float(len(v))]),
-        np.array([2 * half / eps, 2 / eps]),
-        rng=rng,
-        secure=secure,
-    ))
-    s, c = float(noisy[0]), float(noisy[1])
-    return float(np.clip(mid + s / max(c, 1.0), lo, hi))
+    e = eps_arg(eps)
+    a, b = range_arg(lo, hi)
+    mid, half = a / 2 + b / 2, b / 2 - a / 2
+    scales = np.array([_scale(2 * half, e), _scale(2.0, e)])
+
+    def run(rel: Relation, noise: NoiseSource) -> float:
+        v = rel.clamped_values(f, a, b)
+        centred = float(np.clip(((v - mid) * 2.0**-64).sum() * 2.0**64, -1e308, 1e308))
+        s, c = (float(x) for x in noise.add_laplace(np.array([centred, float(v.size)]), scales))
+        with np.errstate(all="ignore"):
+            out = mid + s / max(c, 1.0)
+        return float(np.clip(np.nan_to_num(out, nan=mid), a, b))
+
+    return e, run
 
 
-def order_statistic(
-    df: pd.DataFrame, eps: float, frac: float, f: ValueSpec, lo: float, hi: float, *,
-    rng: Rng = None, secure: bool = True,
-) -> float:
+def order_statistic_plan(eps: Any, frac: Any, f: ValueSpec, lo: Any, hi: Any
+                         ) -> tuple[float, Plan]:
     """NoisyOrderStatistic: a point z of [lo, hi] with density ∝ exp(−ε·|#{v<z} − frac·n|/2)."""
-    if not 0 <= frac <= 1:
-        raise ValidationError(f"frac = {frac}: an order statistic needs 0 <= frac <= 1")
-    v = np.sort(values(df, f, lo, hi))
-    n = v.shape[0]
-    edges = np.concatenate(([lo], v, [hi]))
-    lengths = np.diff(edges)  # interval j has j values below it
-    util = -np.abs(np.arange(n + 1) - frac * n)
-    with np.errstate(divide="ignore"):
-        logw = np.log(lengths) + eps * util / 2
-    j = noise.exponential_choice(logw, rng=rng, secure=secure)
-    gen = noise.resolve_rng(rng)
-    return float(edges[j] + gen.uniform() * lengths[j])
+    e = eps_arg(eps)
+    q = frac_arg(frac)
+    a, b = range_arg(lo, hi)
+
+    def run(rel: Relation, noise: NoiseSource) -> float:
+        v = np.sort(rel.clamped_values(f, a, b))
+        n = v.size
+        edges = np.concatenate(([a], v, [b]))
+        lengths = np.diff(edges)  # interval j has j values below it; the total is b - a > 0
+        util = -np.abs(np.arange(n + 1) - q * n)
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            logw = np.log(lengths) + e * (util - util.max()) / 2
+        if not np.isfinite(logw).any():  # ε so large that only empty intervals survive
+            best = np.where(lengths > 0, util, -np.inf)
+            logw = np.where(best == best.max(), 0.0, -np.inf)
+        j = noise.choice(logw)
+        return float(min(max(edges[j] + noise.uniform() * lengths[j], a), b))
+
+    return e, run
 
 
-def exponential(
-    df: pd.DataFrame, eps: float, candidates: Sequence[Any],
-    score: Callable[[pd.DataFrame], Any], *, rng: Rng = None, secure: bool = True,
-) -> Any:
-    """Exponential mechanism: candidate r with probability ∝ exp(ε·Σ_x clamp(score(x, r), 0, 1)).
-
-    ``score(df)`` returns an array of shape (len(df), len(candidates)) of per-record scores.
-    """
+def exponential_plan(eps: Any, candidates: Sequence[Any]) -> tuple[float, list[Any], Plan]:
+    """Exponential mechanism: candidate r with probability ∝ exp(ε·Σ_x clamp(score(x, r), 0, 1))
+    (the score function is passed to the plan)."""
+    e = eps_arg(eps)
+    if isinstance(candidates, (str, bytes)) or not isinstance(candidates, Sequence):
+        raise ValidationError("candidates must be a list (or tuple) of public candidates")
     cands = list(candidates)
     if not cands:
         raise ValidationError("candidates is empty: the exponential mechanism needs a range")
-    s = np.asarray(score(df), dtype=float)
-    if s.size == 0 and len(df) == 0:
-        s = np.zeros((0, len(cands)))
-    if s.shape != (len(df), len(cands)):
-        raise ValidationError(
-            f"score(df) has shape {s.shape}: expected (records, candidates) = "
-            f"({len(df)}, {len(cands)})"
-        )
-    util = np.clip(np.nan_to_num(s, nan=0.0), 0.0, 1.0).sum(axis=0)
-    return cands[noise.exponential_choice(eps * util, rng=rng, secure=secure)]
+
+    def run(rel: Relation, noise: NoiseSource, score: Any = None) -> Any:
+        util = np.asarray(rel.score_sums(score, cands), dtype=float)
+        util = np.nan_to_num(util, nan=0.0)
+        with np.errstate(over="ignore", invalid="ignore"):
+            logw = e * (util - util.max())
+        logw = np.where(np.isnan(logw), -np.inf, logw)
+        return cands[noise.choice(logw)]
+
+    return e, cands, run

@@ -1,6 +1,6 @@
 """A durable PINQ root budget: the global budget of a source kept in an SQLite :class:`Ledger`.
 
-PINQ's ``PINQAgentBudget`` (spec PINQ_PROPER.md §2.1) lives in memory, so a restarted process
+PINQ's ``PINQAgentBudget`` (PINQ.cs) lives in memory, so a restarted process
 would start again with the full budget. :class:`LedgerBudgetAgent` keeps the remaining budget of
 a named source as one record of a :class:`~dprivacy.tables.ledger.Ledger` (meta name
 ``pinq:<source>``; created with the initial budget only if absent, in one transaction).

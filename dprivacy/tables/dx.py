@@ -1,25 +1,24 @@
-"""d_X Laplace releases on PINQ and ProPer tables (the design card: mechanisms on tables).
+"""d_X Laplace releases on PINQ and ProPer tables (mechanisms on tables).
 
-A table is mapped onto a :class:`~dprivacy.Universe` (records → element indices; records that
-are not elements are dropped, a Where) and the d_X Laplace mechanism of eq. (5),
-(w ⊙ F) x + Lap(1/β), releases a workload on the histogram x.
+A table is mapped onto a :class:`~dprivacy.Universe` (records → elements by the universe's key
+columns; records that are not elements are dropped, a Where) and the d_X Laplace mechanism of
+eq. (5), (w ⊙ F) x + Lap(1/β), releases a workload on the histogram x, computed in the engine as
+one GROUP BY over the key columns.
 
-**What one record costs (add/remove neighbours).** Tables use unbounded DP: neighbouring tables
-differ by one added or removed record (spec §1). Adding a record at element i changes x by e_i,
-so answer k moves by w_k F_ki, and Laplace noise of scale 1/β_k turns that into a privacy loss of
-β_k w_k |F_ki|; over all queries (independent noise) the loss is
-
-    c_i = Σ_k u_k |F_ki|,  u = w ⊙ β,
-
-i.e. the release is c_i-PDP for a record at element i (ProPer Def. 2). (The d_X guarantee of
-Theorem 1, Σ_k u_k |F_ki − F_kj| ≤ ε_ij, is the *moving* neighbour; it does not bound adding or
-removing a record, which is what table budgets account for.)
+**What one record costs (add/remove neighbours).** Adding a record at element i changes x by
+e_i, so answer k moves by w_k F_ki, and Laplace noise of scale 1/β_k turns that into a privacy
+loss of β_k w_k |F_ki|; over all queries the loss is c_i = Σ_k u_k |F_ki| (u = w ⊙ β), i.e. the
+release is c_i-PDP for a record at element i (ProPer Def. 2). (Theorem 1's d_X guarantee bounds
+the *moving* neighbour, not adding or removing a record, which is what table budgets account.)
 
 * ProPer: by Lemma 1 a source pays the sum of c_i over its records in the table; sources that
-  cannot pay are silently left out of the histogram and not charged; records derived from no
-  source are always counted (Fig. 3 Query rule with per-record costs).
+  cannot pay are silently left out of the histogram; ⊥ records are always counted.
 * PINQ: the release is (max_i c_i)-DP for add/remove neighbours, so the global charge is
   s · max_i c_i (s = the table's scaling factor), a data-independent amount.
+
+The analyst's workload, design and universe are only read for public numbers (F, w, β, the
+element keys), copied into the library's own types before any record is touched, so no analyst
+method ever sees a record or the histogram; every check happens before the charge.
 
 Privacy condition: each source's budget covers Σ c_i of its records before its records are
 counted (ProPer), or the global budget covers s·max_i c_i before anything is computed (PINQ).
@@ -30,11 +29,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
 import scipy.sparse as sp
 
 from dprivacy.errors import ShapeError, ValidationError
-from dprivacy.noise import Rng
+from dprivacy.tables import rowwise
 from dprivacy.tables.agents import charge
+from dprivacy.tables.relation import ElementCosts, Relation
+from dprivacy.tables.rowwise import sealed
 
 if TYPE_CHECKING:
     from dprivacy.tables.pinq import Queryable
@@ -65,32 +67,78 @@ def element_costs(workload: Any, design: Any) -> np.ndarray:
     return c
 
 
-def _mechanism(workload: Any, design: Any, universe: Any, metric: Any) -> Any:
-    """The DXLaplace mechanism; it also re-checks the design's d_X condition (Theorem 1) against
-    the design's constraint set, or against ``metric`` on ``universe`` when a metric is given."""
-    from dprivacy import DXLaplace, Workload
+class _Plan:
+    """The public parts of a release, copied into library types and checked (no data read)."""
 
-    if not isinstance(workload, Workload):
-        workload = Workload(workload)
-    if workload.N != universe.N:
-        raise ShapeError(f"the workload has N = {workload.N} but the universe N = {universe.N}")
-    if metric is None:
-        return DXLaplace(workload, design)
-    return DXLaplace(workload, design, universe=universe, metric=metric)
+    def __init__(self, workload: Any, design: Any, universe: Any, metric: Any,
+                 columns: list[Any]) -> None:
+        from dprivacy import Design, DXLaplace, Workload
+
+        F = workload.F if isinstance(workload, Workload) else workload
+        F = sp.csr_array(F, dtype=float, copy=True) if sp.issparse(F) else np.array(F, dtype=float)
+        self.W = Workload(F)
+        self.D = Design(w=np.array(design.w, dtype=float), beta=np.array(design.beta, dtype=float),
+                        constraints=getattr(design, "constraints", None))
+        keys = tuple(str(c) for c in universe.key_columns)
+        elements = pd.DataFrame({c: [rowwise.clean(v) for v in universe.elements[c].tolist()]
+                                 for c in keys})
+        if self.W.N != len(elements):
+            raise ShapeError(f"the workload has N = {self.W.N} but the universe N = {len(elements)}")
+        missing = [c for c in keys if c not in columns]
+        if missing:
+            raise ValidationError(f"the table lacks the universe's key columns {missing}; it has "
+                                  f"{columns}")
+        if elements.duplicated().any():
+            raise ValidationError("the universe lists an element twice")
+        # the d_X condition (Theorem 1) of the design, against its constraints or the metric
+        if metric is None:
+            DXLaplace(self.W, self.D)
+        else:
+            DXLaplace(self.W, self.D, universe=universe, metric=metric)
+        self.costs = element_costs(self.W, self.D)
+        with np.errstate(divide="ignore"):
+            self.scale = np.where(self.D.w == 0, 0.0, 1.0 / self.D.beta)
+        if not np.all(np.isfinite(self.scale)):
+            raise ValidationError("a query with beta = 0 has infinite noise: drop it or set w = 0")
+        self.keys = keys
+        self.elements = elements
+
+    def histogram(self, rel: Relation) -> np.ndarray:
+        """x: records per element (records outside the universe are dropped). After the charge."""
+        counts = rel.group_counts(list(self.keys))
+        n = len(self.elements)
+        if len(counts) == 0:
+            return np.zeros(n, dtype=np.int64)
+        cols = list(self.keys)
+        el = self.elements.astype(object)
+        ck = counts[cols].astype(object)
+        index = pd.MultiIndex.from_frame(el) if len(cols) > 1 else pd.Index(el.iloc[:, 0])
+        target = pd.MultiIndex.from_frame(ck) if len(cols) > 1 else pd.Index(ck.iloc[:, 0])
+        idx = np.asarray(index.get_indexer(target))
+        ok = idx >= 0
+        return np.bincount(idx[ok], weights=counts["count"].to_numpy(dtype=float)[ok],
+                           minlength=n).astype(np.int64)
+
+    def release(self, x: np.ndarray, noise: Any) -> np.ndarray:
+        answers = self.D.w * (self.W.F @ x.astype(float))
+        return np.asarray(noise.add_laplace(np.asarray(answers, dtype=float), self.scale),
+                          dtype=float).reshape(self.W.m)
+
+    def element_cost_table(self) -> ElementCosts:
+        return ElementCosts(self.keys, self.elements.assign(cost=self.costs))
 
 
 def _check_on_unknown(on_unknown: str) -> str:
-    if on_unknown not in ("drop", "raise"):
-        raise ValidationError(f"on_unknown must be 'drop' or 'raise', got {on_unknown!r}")
+    if on_unknown != "drop":
+        raise ValidationError(
+            f"on_unknown = {on_unknown!r}: records outside the universe are always dropped (a "
+            "Where); raising on them would reveal the data after the charge")
     return on_unknown
 
 
+@sealed
 class PinqHistogram:
-    """A PINQ table seen as a histogram over ``universe``; only noisy releases leave it.
-
-    ``on_unknown="raise"`` raises on records outside the universe, which reveals something about
-    the data after the charge; the default ``"drop"`` treats them as filtered out (a Where).
-    """
+    """A PINQ table seen as a histogram over ``universe``; only noisy releases leave it."""
 
     def __init__(self, table: Queryable, universe: Any, on_unknown: str = "drop") -> None:
         self._table = table
@@ -106,19 +154,19 @@ class PinqHistogram:
         c = float(element_costs(workload, design).max(initial=0.0))
         return self._table.cost(c) if c > 0 else 0.0
 
-    def release(self, workload: Any, design: Any, *, metric: Any = None, rng: Rng = None,
-                secure: bool = True) -> np.ndarray:
-        """Charge s·max_i c_i (raising ``BudgetExceededError`` before anything else), then
-        release (w ⊙ F) x + Lap(1/β) on the table's histogram. ``metric``: check the design
-        against it (needed when the design carries no constraint set)."""
-        mech = _mechanism(workload, design, self.universe, metric)
-        c = float(element_costs(mech.workload, design).max(initial=0.0))
+    def release(self, workload: Any, design: Any, *, metric: Any = None) -> np.ndarray:
+        """Check everything, charge s·max_i c_i (raising ``BudgetExceededError`` before anything
+        else), then release (w ⊙ F) x + Lap(1/β) on the table's histogram. ``metric``: check the
+        design against it (needed when the design carries no constraint set)."""
+        t = self._table
+        plan = _Plan(workload, design, self.universe, metric, t.columns)
+        c = float(plan.costs.max(initial=0.0))
         if c > 0:
-            charge(self._table._agent, c)
-        x = self.universe.histogram(self._table._df, on_unknown=self.on_unknown)
-        return mech.release(x, rng=rng, secure=secure)
+            charge(t._agent, c)
+        return plan.release(plan.histogram(t._rel), t._noise)
 
 
+@sealed
 class ProPerHistogram:
     """A ProPer table seen as a histogram over ``universe``, with per-record charges."""
 
@@ -131,18 +179,11 @@ class ProPerHistogram:
     def N(self) -> int:  # noqa: N802
         return int(self.universe.N)
 
-    def release(self, workload: Any, design: Any, *, metric: Any = None, rng: Rng = None,
-                secure: bool = True) -> np.ndarray:
+    def release(self, workload: Any, design: Any, *, metric: Any = None) -> np.ndarray:
         """Charge every source Σ c_i over its records; drop the records of sources that cannot
-        pay (silently); release (w ⊙ F) x + Lap(1/β) on the payers' (and ⊥ records') histogram.
-        ``metric``: as in :meth:`PinqHistogram.release`."""
-        mech = _mechanism(workload, design, self.universe, metric)
-        c = element_costs(mech.workload, design)
+        pay (silently); release (w ⊙ F) x + Lap(1/β) on the payers' (and ⊥ records')
+        histogram. ``metric``: as in :meth:`PinqHistogram.release`."""
         t = self._table
-        idx = self.universe.element_index(t._df, on_unknown=self.on_unknown)
-        known = idx >= 0
-        per_record = np.where(known, c[np.maximum(idx, 0)], 0.0)
-        keep = t._pay(lambda counts: counts, per_record=per_record)
-        use = known if keep is None else known & keep
-        x = np.bincount(idx[use], minlength=self.N).astype(np.int64)
-        return mech.release(x, rng=rng, secure=secure)
+        plan = _Plan(workload, design, self.universe, metric, t.columns)
+        eligible = t._eligible(1.0, plan.element_cost_table())
+        return plan.release(plan.histogram(eligible), t._noise)

@@ -2,7 +2,7 @@
 
 The in-memory ledger is :class:`dprivacy.tables.memory_ledger.MemoryLedger`.
 
-ProPer (spec PINQ_PROPER.md §6.4) keeps one budget B(r) per input record r. A query charges each
+ProPer (POPL'15, Fig. 3 Query rule) keeps one budget B(r) per input record r. A query charges each
 record r a cost C(r); r pays iff B(r) ≥ C(r), and then B(r) −= C(r); records that cannot pay are
 not charged (and the caller silently leaves their data out). Privacy condition: a budget never
 goes below zero, so each record's total privacy loss is at most its initial budget ℰ(r)
@@ -45,19 +45,30 @@ _MAX_UNITS = np.iinfo(np.int64).max // 4
 
 
 def to_units(x: Any, *, round_up: bool) -> np.ndarray:
-    """Budgets/costs in integer units of 1e-9 ε (up for costs, down for budgets)."""
+    """Budgets/costs in integer units of 1e-9 ε (up for costs, down for budgets).
+
+    Costs saturate: a cost above the largest storable budget (including +inf, e.g. ε times a
+    huge multiplicity) becomes ``_MAX_UNITS + 1`` units, which no budget can pay, so a source
+    with too many records simply cannot pay instead of making the query raise (which would
+    reveal its multiplicity). Budgets above that size are refused."""
     a = np.asarray(x, dtype=float)
-    if np.any(~np.isfinite(a)):
+    if np.any(np.isnan(a)) or (not round_up and np.any(np.isinf(a))):
         raise ValidationError("budgets and costs must be finite numbers")
     if np.any(a < 0):
         bad = float(a.reshape(-1)[np.argmax(a.reshape(-1) < 0)])
         raise ValidationError(f"budget or cost = {bad}: privacy budgets and costs are >= 0")
-    u = a / UNIT
-    if np.any(u > _MAX_UNITS):
-        raise ValidationError(f"budget or cost above {_MAX_UNITS * UNIT:.3g}: too large to store")
+    with np.errstate(over="ignore"):
+        u = a / UNIT
+    big = u > _MAX_UNITS
+    if np.any(big):
+        if not round_up:
+            raise ValidationError(
+                f"budget above {_MAX_UNITS * UNIT:.3g}: too large to store")
+        u = np.where(big, 0.0, u)
     r = np.round(u)
     near = np.abs(u - r) <= 1e-3 + 1e-12 * np.abs(u)
-    return np.where(near, r, np.ceil(u) if round_up else np.floor(u)).astype(np.int64)
+    out = np.where(near, r, np.ceil(u) if round_up else np.floor(u)).astype(np.int64)
+    return np.where(big, _MAX_UNITS + 1, out) if np.any(big) else out
 
 
 def scalar_units(x: float) -> int:
@@ -66,7 +77,7 @@ def scalar_units(x: float) -> int:
         return int(to_units(x, round_up=True))
     u = x / UNIT
     if u > _MAX_UNITS:
-        return int(to_units(x, round_up=True))  # raises
+        return _MAX_UNITS + 1  # saturated: no budget can pay it
     r = round(u)
     return int(r) if abs(u - r) <= 1e-3 + 1e-12 * abs(u) else math.ceil(u)
 

@@ -1,5 +1,5 @@
-"""Multisets and multi-relations: the semantics behind ProPer's provenance (spec PINQ_PROPER.md §6.2,
-002 P-II §4.2, Def. 3, Example 1, Prop. 2; Def. 5–7 of §4.3).
+"""Multisets and multi-relations: the semantics behind ProPer's provenance (ProPer,
+POPL'15 §4.2: Def. 3, Example 1, Prop. 2; Def. 5–7 of §4.3).
 
 A multiset ``mset(A) ≅ A → ℕ`` is a :class:`collections.Counter` (``a ∈ⁿ A`` ⇔ ``A[a] == n``); a
 multi-relation ``A ↔ B = mset(A × B)`` is a Counter of pairs (``a Rⁿ b`` ⇔ ``R[(a, b)] == n``).

@@ -1,52 +1,64 @@
-"""ProPer: personal budgets with provenance and silent dropping (spec PINQ_PROPER.md §5, §6).
+"""ProPer: personal budgets with provenance and silent dropping (Ebadi, Sands & Schneider, POPL'15).
 
-Every source record gets an id and its own budget ℰ(r) in a ledger. A derived record carries the
-id of the one source record it comes from (affine provenance, Def. 5), or −1 (⊥) if it comes from
-no individual (a public literal). Only unary union-preserving transformations keep provenance
-(Theorem 1 and the table of §6.3): ``where``, ``select``, ``select_many``, ``concat`` (⊎), a
-product or an equi-join with a *public* table, and removal of the records listed in a public table
-(read as σ_{∉T}, the ⊎-preserving reading of A − T). Everything else goes through
-:meth:`ProPerTable.as_pinq`.
+Every source record has an id and its own budget ℰ(r). A derived record carries the id of the
+one source record it comes from (affine provenance, Def. 5), or ⊥ if it comes from no individual
+(a public literal). The ids are managed by the library: analyst code never sees or returns them
+(``select_many`` gives every output its parent's id). Only unary union-preserving transformations
+keep provenance (Theorem 1): ``where``, ``select``, ``select_many``, ``partition``, ``concat``
+(⊎), a product or an equi-join with a *public* table, and removal of the records listed in a
+public table. Everything else goes through :meth:`ProPerTable.as_pinq`.
 
 Query rule (Fig. 3, Corollary 1): an ε-aggregation charges each source s the cost
 C(s) = ε × (number of records with provenance s in the queried table). Sources with B(s) ≥ C(s)
 pay; the others are not charged and their records are silently left out of the query's input;
 ⊥ records are always included. Nothing (no error, no flag) reveals that a budget is exhausted.
 
+**A stable identity is needed.** Budgets are kept per id. Without ``id_column`` every
+``ProPerTable(df, ...)`` registers its records under fresh ids, so each run (each new table
+object on the same people) hands everybody a fresh budget and the personal guarantee holds only
+within one object. With ``id_column`` naming a stable person identifier and a durable
+:class:`~dprivacy.tables.Ledger`, a person keeps one budget across tables, runs and processes.
+
 Privacy condition: the whole interaction is ℰ-PDP: for every record r, neighbouring runs with and
 without r differ by a factor ≤ exp(ℰ(r)) (ProPer Theorem 2), because budgets never go below zero.
-
-Transformations are eager: a derived table is a snapshot. ``insert``/``delete``/``update`` and a
-user-defined ``refresh`` modify a table in place (live data, §6.6; :mod:`.live`); tables derived
-earlier are unaffected (the C# prototype's lazy LINQ queries would see the new data).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Sequence
+import logging
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Any, NoReturn
 
 import numpy as np
 import pandas as pd
 
 from dprivacy.errors import UnsupportedOperationError, ValidationError
-from dprivacy.noise import Rng
 from dprivacy.tables import aggregations as agg
-from dprivacy.tables.agents import _check_eps
-from dprivacy.tables.frames import (
-    as_frame,
-    key_array,
-    mask_array,
-    select_frame,
-    select_many_frame,
-    split_positions,
-)
-from dprivacy.tables.ledger import BudgetLedger, scalar_units
+from dprivacy.tables.agents import BudgetAgent
+from dprivacy.tables.dispatch import check_backend, is_pandas
+from dprivacy.tables.ledger import BudgetLedger
 from dprivacy.tables.live import LiveData
-from dprivacy.tables.memory_ledger import Account, MemoryLedger
+from dprivacy.tables.memory_ledger import MemoryLedger
+from dprivacy.tables.pandas_relation import PandasRelation
+from dprivacy.tables.params import count_arg, eps_arg
 from dprivacy.tables.pinq import Queryable
+from dprivacy.tables.proper_budgets import LedgerBudgets
+from dprivacy.tables.queries import NoisyQueries
+from dprivacy.tables.randomness import NoiseSource
+from dprivacy.tables.relation import ElementCosts, Relation
+from dprivacy.tables.rowwise import sealed
+from dprivacy.tables.transform_args import (
+    column_list,
+    partition_keys,
+    same_columns,
+    select_exprs,
+    select_many_columns,
+)
 
 __all__ = ["ProPerTable"]
+
+logger = logging.getLogger(__name__)
+_WARNED = False  # the missing-id_column warning is logged once per process
 
 _UNTRACKABLE = (
     "ProPer tracks provenance only through unary union-preserving transformations (where, select, "
@@ -55,139 +67,150 @@ _UNTRACKABLE = (
 )
 
 
-class ProPerTable(LiveData):
+@sealed
+class ProPerTable(LiveData, NoisyQueries):
     """A table of records with personal budgets and provenance (ProPer, POPL'15).
 
     Parameters:
-        df: the source records, one individual each.
-        budget: the initial budget ℰ(r): a number for all, a column name, or one value per row.
-        ledger: where budgets live (default: a fresh :class:`MemoryLedger`); pass a
-            :class:`~dprivacy.tables.Ledger` for durable budgets shared between processes.
-        id_column: a column of non-negative integer record ids. Ids already in the ledger keep
-            their stored budget (re-attaching to a durable ledger); new ones get ``budget``.
-            Without it, fresh ids are drawn from the ledger.
+        data: the source records, one individual each (a pandas DataFrame, or a Parquet path /
+            DuckDB / Ibis / Spark table for the engine backends).
+        budget: the initial budget ℰ(r): a number for all, a column name, or (pandas only) one
+            value per row.
+        ledger: where budgets live. pandas: a :class:`MemoryLedger` (the default) or a durable
+            SQLite :class:`~dprivacy.tables.Ledger` shared between processes; engines: None (in
+            memory), the path of a DuckDB file, or a ``dprivacy.tables.engine.BudgetTable``.
+        id_column: a column of stable, non-negative integer person ids (strongly recommended:
+            without it every new table hands everybody a fresh budget). Ids already in the
+            ledger keep their stored budget; new ones get ``budget``.
+        backend: "pandas", "duckdb", "spark" or None (pandas for a DataFrame, else the engine).
+        noise_seed: the data owner's reproducible-noise seed (simulations only; default secure).
 
     Examples:
-        >>> p = ProPerTable(pd.DataFrame({"role": ["T", "M", "T"]}), budget=1.0)
-        >>> _ = p.where(lambda d: d["role"] == "T").noisy_count(0.5, rng=0, secure=False)
+        >>> df = pd.DataFrame({"pid": [7, 8, 9], "role": ["T", "M", "T"]})
+        >>> p = ProPerTable(df, budget=1.0, id_column="pid")
+        >>> _ = p.where(lambda r: r["role"] == "T").noisy_count(0.5)
+        >>> [float(b) for b in p.ledger.remaining([7, 8, 9])]
+        [0.5, 1.0, 0.5]
     """
 
     def __init__(
-        self, df: pd.DataFrame, budget: float | str | Sequence[float] | np.ndarray = 1.0, *,
+        self, data: Any, budget: float | str | Sequence[float] | np.ndarray = 1.0, *,
         ledger: BudgetLedger | None = None, id_column: str | None = None,
+        backend: str | None = None, noise_seed: int | None = None,
     ) -> None:
-        self._ledger = ledger if ledger is not None else MemoryLedger()
-        self._df = as_frame(df)
-        self._prov = np.empty(0, np.int64)
+        self._noise = NoiseSource(noise_seed)
         self._unique = True
-        # (mask of records with a source, whether all have one); a source table has no ⊥ record
-        self._src: tuple[np.ndarray | None, bool] | None = (None, True)
-        self._acct: Account | None = None
-        self._id_offset: int | None = 0  # set while provenance is one run of consecutive ids
-        self._df = self._df.iloc[0:0]
-        self.insert(df, budget, id_column=id_column, _existing="keep")
+        self._cache: dict[str, Any] = {}
+        name = check_backend(data, backend)
+        global _WARNED
+        if id_column is None and not _WARNED:
+            _WARNED = True
+            logger.warning(
+                "ProPerTable without id_column: its records get fresh ids, so their budgets do "
+                "not carry over to any other table or run; pass id_column= (a stable person id)")
+        if name == "pandas":
+            self._ledger: Any = ledger if ledger is not None else MemoryLedger()
+            self._budgets: Any = LedgerBudgets(self._ledger)
+            self._rel: Relation = PandasRelation(data.iloc[0:0], np.empty(0, np.int64))
+            self.insert(data, budget, id_column=id_column, _existing="keep")
+        else:
+            from dprivacy.tables import engine
 
-    @classmethod
-    def _derive(
-        cls, df: pd.DataFrame, prov: np.ndarray, ledger: BudgetLedger, unique: bool
-    ) -> ProPerTable:
-        t = cls.__new__(cls)
-        t._df = df.reset_index(drop=True)
-        t._prov = prov
-        t._ledger = ledger
-        t._unique = unique
-        t._src = None
-        t._acct = None
-        t._id_offset = None
+            rel = engine.relation_from(data, None if name == "engine" else name,
+                                       id_column=id_column)
+            self._rel, self._budgets = engine.proper_budgets(rel, budget, ledger=ledger,
+                                                             id_column=id_column)
+            self._ledger = self._budgets
+
+    def _derive(self, rel: Relation, unique: bool) -> ProPerTable:
+        t = ProPerTable.__new__(ProPerTable)
+        t._rel, t._unique, t._cache = rel, unique, {}
+        t._ledger, t._budgets, t._noise = self._ledger, self._budgets, self._noise
         return t
 
     @property
-    def ledger(self) -> BudgetLedger:
+    def ledger(self) -> Any:
         """The budget store (the curator's object; never hand it to the analyst)."""
         return self._ledger
 
     @property
-    def columns(self) -> list[Hashable]:
-        """Column names (public schema)."""
-        return list(self._df.columns)
+    def _df(self) -> pd.DataFrame:
+        """The records of a pandas table (tests and the data owner only)."""
+        return self._rel.df  # type: ignore[attr-defined]
+
+    @property
+    def _prov(self) -> np.ndarray:
+        """The privacy ids of a pandas table's records (tests and the data owner only)."""
+        return self._rel._all_ids()  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------------ tracked transformations
-    def _same(self, df: pd.DataFrame, prov: np.ndarray, unique: bool, *,
-              subset: bool = True) -> ProPerTable:
-        """A derived table; ``subset``: its records' sources are a sub-multiset of ours, so if
-        all of ours have a source (no ⊥ record) so do its own."""
-        t = ProPerTable._derive(df, prov, self._ledger, unique)
-        if subset and self._src is not None and self._src[1]:
-            t._src = (None, True)
-        return t
+    def where(self, f: Any) -> ProPerTable:
+        """σ_p: records for which the row-wise predicate holds; provenance kept."""
+        self._rel.check(f)
+        return self._derive(self._rel.where(f), self._unique)
 
-    def where(self, f: Callable[[pd.DataFrame], Any]) -> ProPerTable:
-        """σ_p: records satisfying the vectorised predicate; provenance kept."""
-        m = mask_array(self._df, f)
-        return self._same(self._df[m], self._prov[m], self._unique)
+    def select(self, f: Any = None, /, **named: Any) -> ProPerTable:
+        """π / per-record map, one output per record (see :meth:`Queryable.select`)."""
+        exprs = select_exprs(f, named, self._rel.check)
+        return self._derive(self._rel.select(exprs), self._unique)
 
-    def select(self, f: Callable[[pd.DataFrame], Any]) -> ProPerTable:
-        """π / per-record map, one output per record; provenance kept."""
-        return self._same(select_frame(self._df, f), self._prov, self._unique)
+    def select_many(self, k: int, f: Any, columns: Sequence[str] | None = None) -> ProPerTable:
+        """Flat-map (at most ``k`` outputs per record); each output gets its parent's id from
+        the library, so a source with j outputs pays j·ε (Corollary 1)."""
+        k = count_arg(k, "k", 1)
+        self._rel.check(f)
+        return self._derive(self._rel.select_many(k, f, select_many_columns(columns)),
+                            self._unique and k == 1)
 
-    def select_many(self, k: int, f: Callable[[pd.DataFrame], Any]) -> ProPerTable:
-        """Flat-map (at most ``k`` outputs per record, as in PINQ); each output has its source's
-        provenance, so a source with j outputs pays j·ε (Corollary 1)."""
-        out, src = select_many_frame(self._df, k, f)
-        return self._same(out, self._prov[src], self._unique and k == 1)
-
-    def partition(
-        self, keys: Iterable[Hashable], f: str | Callable[[pd.DataFrame], Any]
-    ) -> dict[Hashable, ProPerTable]:
-        """One ``where`` per key: by the selection principle (§5) the parts need no shared agent;
+    def partition(self, keys: Iterable[Hashable], f: Any) -> dict[Hashable, ProPerTable]:
+        """One ``where`` per key: by the selection principle the parts need no shared agent;
         a record pays only for the queries on its own part."""
-        klist = list(keys)
-        positions = split_positions(key_array(self._df, f), klist)
-        off = self._id_offset  # provenance = arange(off, off + n): prov[pos] is pos + off
-        return {k: self._same(self._df.iloc[pos], self._prov[pos] if off is None else
-                              (pos if off == 0 else pos + off), self._unique)
-                for k, pos in zip(klist, positions, strict=True)}
+        klist = partition_keys(keys, f, self.columns, self._rel.check)
+        parts = self._rel.partition(klist, f)
+        return {k: self._derive(r, self._unique) for k, r in zip(klist, parts, strict=True)}
 
     def concat(self, other: ProPerTable | pd.DataFrame) -> ProPerTable:
         """Additive union ⊎ with another table of the same ledger, or with a public table (⊥)."""
         if isinstance(other, ProPerTable):
             if other._ledger is not self._ledger:
                 raise ValidationError("concat: both tables must share one ledger (ids are per ledger)")
-            odf, oprov = other._df, other._prov
+            orel = other._rel
         elif isinstance(other, pd.DataFrame):
-            odf, oprov = as_frame(other), np.full(len(other), -1, np.int64)
+            orel = self._rel.public(other)
         else:
             raise ValidationError(f"concat: expected a ProPerTable or a public DataFrame, got "
                                   f"{type(other).__name__}")
-        return self._same(pd.concat([self._df, odf], ignore_index=True),
-                          np.concatenate([self._prov, oprov]), False, subset=False)
+        same_columns(self.columns, orel.columns, "concat")
+        return self._derive(self._rel.concat(orel), False)
+
+    def _public(self, public: Any, what: str) -> Relation:
+        if not isinstance(public, pd.DataFrame):
+            raise ValidationError(f"{what}: expected a public pandas DataFrame, got "
+                                  f"{type(public).__name__}")
+        return self._rel.public(public)
 
     def product(self, public: pd.DataFrame) -> ProPerTable:
         """A_V × T with a public table T: each record yields |T| pairs with its provenance."""
-        pub = as_frame(public)
-        out = self._df.merge(pub, how="cross", suffixes=("", "_public"))
-        return self._same(out, np.repeat(self._prov, len(pub)), self._unique and len(pub) <= 1)
+        pub = self._public(public, "product")
+        return self._derive(self._rel.product(pub), self._unique and len(public) <= 1)
 
-    def join_public(
-        self, public: pd.DataFrame, on: str | list[str], right_on: str | list[str] | None = None
-    ) -> ProPerTable:
+    def join_public(self, public: pd.DataFrame, on: str | list[str],
+                    right_on: str | list[str] | None = None) -> ProPerTable:
         """Equi-join with a public table (a product with T followed by a selection): each output
         row has the provenance of its one sensitive record."""
-        pos = "__proper_pos__"
-        left = self._df.assign(**{pos: np.arange(len(self._df))})
-        out = left.merge(as_frame(public), how="inner", on=on if right_on is None else None,
-                         left_on=None if right_on is None else on, right_on=right_on,
-                         suffixes=("", "_public"))
-        src = out.pop(pos).to_numpy()
-        return self._same(out, self._prov[src], False)
+        pub = self._public(public, "join_public")
+        lk = column_list(on, self.columns, "on")
+        rk = column_list(on if right_on is None else right_on, pub.columns, "right_on")
+        if len(lk) != len(rk):
+            raise ValidationError("on and right_on must name the same number of columns")
+        return self._derive(self._rel.join_public(pub, lk, rk), False)
 
     def exclude(self, public: pd.DataFrame, on: list[str] | None = None) -> ProPerTable:
-        """Remove every record that occurs in the public table (σ_{∉T}; spec §6.3 caveat)."""
-        cols = list(self._df.columns) if on is None else on
-        key = pd.MultiIndex.from_frame(self._df[cols]) if len(cols) > 1 else self._df[cols[0]]
-        pkey = pd.MultiIndex.from_frame(as_frame(public)[cols]) if len(cols) > 1 else public[cols[0]]
-        keep = ~np.asarray(pd.Index(key).isin(pd.Index(pkey)))
-        return self._same(self._df[keep], self._prov[keep], self._unique)
+        """Remove every record that occurs in the public table (σ_{∉T})."""
+        pub = self._public(public, "exclude")
+        cols = column_list(self.columns if on is None else on, self.columns, "on")
+        column_list(cols, pub.columns, "on (public table)")
+        return self._derive(self._rel.exclude(pub, cols), self._unique)
 
     def _untrackable(self, op: str) -> NoReturn:
         raise UnsupportedOperationError(_UNTRACKABLE.format(op=op))
@@ -197,8 +220,7 @@ class ProPerTable(LiveData):
         self._untrackable("group_by")
 
     def join(self, *a: Any, **k: Any) -> NoReturn:
-        """Not trackable (two individuals per output, PINQuin's flaw): use ``join_public`` or
-        ``as_pinq(eps)``."""
+        """Not trackable (two individuals per output): use ``join_public`` or ``as_pinq``."""
         self._untrackable("join of two protected tables")
 
     def intersect(self, *a: Any, **k: Any) -> NoReturn:
@@ -226,87 +248,22 @@ class ProPerTable(LiveData):
         self._untrackable("skip")
 
     # ------------------------------------------------------------------ the Query rule
-    def _eligible(self, eps: float) -> pd.DataFrame:
-        """Charge every source ε × its record count; return the records that may be used."""
-        _check_eps(eps)
-        keep = self._pay(lambda counts: float(eps) * counts)
-        return self._df if keep is None else self._df[keep]
+    def _eligible(self, eps: float, element_costs: ElementCosts | None = None) -> Relation:
+        """Charge every source its cost (committed); return the records that may be used."""
+        if is_pandas(self._rel):
+            return self._budgets.pay(self._rel, eps, element_costs, unique=self._unique,
+                                     cache=self._cache)
+        return self._budgets.pay(self._rel, eps, element_costs)
 
-    def _pay(self, cost_of: Callable[[np.ndarray], np.ndarray], per_record: np.ndarray | None = None
-             ) -> np.ndarray | None:
-        """Charge sources; ``cost_of(counts)`` gives costs from record counts, or ``per_record``
-        gives each record's own cost (summed per source). Returns the keep mask (None = all)."""
-        prov = self._prov
-        if self._src is None:  # provenance of a snapshot never changes: compute once
-            mask = prov >= 0
-            self._src = (mask, bool(mask.all()))
-        src, all_src = self._src
-        ids = prov if all_src else prov[src]  # src is None only when all_src
-        if per_record is None and self._unique:
-            costs = cost_of(np.ones(1))[0]
-            if isinstance(self._ledger, MemoryLedger):
-                if self._acct is None:
-                    self._acct = self._ledger.account(ids)
-                ok = self._ledger.charge_account(self._acct, scalar_units(float(costs)))
-                if ok is None:
-                    return None
-            else:
-                ok = self._ledger.charge(ids, costs, assume_unique=True).ok
-            okr = ok
-        else:
-            uniq, inv, counts = np.unique(ids, return_inverse=True, return_counts=True)
-            if per_record is None:
-                costs = cost_of(counts.astype(float))
-            else:
-                pr = per_record if all_src else per_record[src]
-                costs = np.bincount(inv, weights=pr, minlength=uniq.size)
-            ok = self._ledger.charge(uniq, costs, assume_unique=True).ok
-            okr = ok[inv]
-        if okr.all():
-            return None
-        keep = np.ones(len(prov), dtype=bool)
-        if all_src:
-            keep = okr
-        else:
-            keep[src] = okr
-        return keep
+    def _pay_then(self, eps: float, plan: agg.Plan) -> Any:
+        return plan(self._eligible(eps), self._noise)
 
     def as_pinq(self, eps: float) -> Queryable:
         """Charge each involved source ε × its records and return the payers' records (plus ⊥
-        records) as a PINQ table with global budget ε (spec §6.7, Corollary 1)."""
-        return Queryable(self._eligible(eps), budget=eps)
-
-    def noisy_count(self, eps: float, *, rng: Rng = None, secure: bool = True) -> float:
-        """|L| + Lap(1/ε) on the eligible records L."""
-        return agg.count(self._eligible(eps), eps, rng=rng, secure=secure)
-
-    def noisy_sum(self, eps: float, f: agg.ValueSpec = None, lo: float = -1.0, hi: float = 1.0,
-                  *, rng: Rng = None, secure: bool = True) -> float:
-        """Σ clamp(f(x), lo, hi) + Lap(max(|lo|,|hi|)/ε) on the eligible records."""
-        agg.check_range(lo, hi)
-        return agg.sum_(self._eligible(eps), eps, f, lo, hi, rng=rng, secure=secure)
-
-    def noisy_average(self, eps: float, f: agg.ValueSpec = None, lo: float = -1.0,
-                      hi: float = 1.0, *, rng: Rng = None, secure: bool = True) -> float:
-        """Noisy average of clamp(f(x), lo, hi) on the eligible records."""
-        agg.check_range(lo, hi)
-        return agg.average(self._eligible(eps), eps, f, lo, hi, rng=rng, secure=secure)
-
-    def noisy_median(self, eps: float, f: agg.ValueSpec = None, lo: float = 0.0, hi: float = 1.0,
-                     *, rng: Rng = None, secure: bool = True) -> float:
-        """Exponential-mechanism median of clamp(f(x), lo, hi) on the eligible records."""
-        agg.check_range(lo, hi)
-        return agg.order_statistic(self._eligible(eps), eps, 0.5, f, lo, hi, rng=rng,
-                                   secure=secure)
-
-    def exponential_mechanism(self, eps: float, candidates: Sequence[Any],
-                              score: Callable[[pd.DataFrame], Any], *, rng: Rng = None,
-                              secure: bool = True) -> Any:
-        """Exponential mechanism (per-record scores in [0, 1]) on the eligible records."""
-        if not list(candidates):
-            raise ValidationError("candidates is empty: the exponential mechanism needs a range")
-        return agg.exponential(self._eligible(eps), eps, candidates, score, rng=rng,
-                               secure=secure)
+        records) as a PINQ table with global budget ε (POPL'15 §6.2, Corollary 1)."""
+        e = eps_arg(eps)
+        return Queryable._derive(self._eligible(e), (root := BudgetAgent(e)), [root],
+                                 self._noise)
 
     # ------------------------------------------------------------------ d_X on tables
     def histogram(self, universe: Any, on_unknown: str = "drop") -> Any:
@@ -314,10 +271,3 @@ class ProPerTable(LiveData):
         from dprivacy.tables.dx import ProPerHistogram
 
         return ProPerHistogram(self, universe, on_unknown)
-
-    def release(self, workload: Any, design: Any, universe: Any, *, metric: Any = None,
-                rng: Rng = None, secure: bool = True) -> np.ndarray:
-        """d_X Laplace release on the histogram of the records whose sources can pay their
-        personal cost Σ_k u_k|F_ki| (see :meth:`dprivacy.tables.dx.ProPerHistogram.release`)."""
-        return self.histogram(universe).release(workload, design, metric=metric, rng=rng,
-                                                secure=secure)

@@ -1,17 +1,17 @@
-"""Sampling and partitioning with probabilistic stability (Paper III; spec PINQ_PROPER.md §7).
+"""Sampling and partitioning with probabilistic stability (Ebadi & Sands, PST'16).
 
-A sampler RS is σ-probabilistically stable if M∘RS is σ(ε)-DP for every ε-DP M (P-III Def. 5).
+A sampler RS is σ-probabilistically stable if M∘RS is σ(ε)-DP for every ε-DP M (PST'16 Def. 5).
 Each operator here returns a PINQ :class:`~dprivacy.tables.Queryable` whose agent is a
 :class:`~dprivacy.tables.agents.SigmaAgent`: queries of total accuracy E on the sample cost
-σ(E) upstream (σ's composed from the mechanism back to the source, §7.1 [NOTE]).
+σ(E) upstream (σ's composed from the mechanism back to the source).
 
-Costs (spec §7.6, with the corrections [R] of the spec):
+Costs (PST'16 §4; [R] marks a corrected form of a garbled formula of the paper):
 
 =============================  ===================================  =============================
 operator                       σ(ε) (sample)                        σ̂(ε) (sample + complement)
 =============================  ===================================  =============================
 fixed size n, no replacement   ln((n e^{2ε} + 1)/(n + 1))  (Thm 6)  ln((n e^{3ε} + e^{ε})/(n + 1)) [R]
-fixed size n, replacement      n·ε (group privacy lower bound §7.3)  –
+fixed size n, replacement      n·ε (group privacy lower bound)     –
 fraction p                     ln(p e^{3ε} + (1−p) e^{ε}) (Thm 8)   ln max(p e^{3ε} + (1−p) e^{ε},
                                                                      p e^{5ε} + (1−p) e^{3ε}) [R]
 Bernoulli b                    ln(b e^{ε} + 1 − b)                  ε (Thm 9)
@@ -20,6 +20,10 @@ Bernoulli b                    ln(b e^{ε} + 1 − b)                  ε (Thm 9
 Privacy condition: the answers on a sample (or on both parts of a sampled partition) of total
 accuracy E cost σ(E) (σ̂(E)) times the upstream scaling; the root budget must cover it.
 These samplers are not ⊎-preserving, so a ProPer table must go through ``as_pinq`` first.
+
+Randomness: a sample is drawn from a fresh 128-bit secret of the table's noise source (the
+operating system's CSPRNG; the data owner's ``noise_seed`` for simulations), never from anything
+the analyst passes: a sample the analyst could predict would void the amplification.
 """
 
 from __future__ import annotations
@@ -27,13 +31,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-import numpy as np
-
-from dprivacy import noise
 from dprivacy.errors import ValidationError
-from dprivacy.noise import Rng
 from dprivacy.tables.agents import PartitionAgent, SigmaAgent
+from dprivacy.tables.params import count_arg, prob_arg
 from dprivacy.tables.pinq import Queryable
+from dprivacy.tables.rowwise import quietly
 
 __all__ = [
     "sigma_take",
@@ -57,123 +59,127 @@ Sigma = Callable[[float], float]
 
 
 def sigma_take(eps: float) -> float:
-    """Take/Skip: deterministic, stability 2 (spec §4): 2ε."""
+    """Take/Skip: deterministic, stability 2 (PST'16 §3, the Take attack): 2ε."""
     return 2 * eps
 
 
 def _n(n: int) -> int:
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValidationError(f"n = {n!r}: a sample size is an integer >= 1")
-    return int(n)
+    return count_arg(n, "n (a sample size)", 1)
 
 
 def _p(p: float, name: str) -> float:
-    if not 0 < p <= 1:
-        raise ValidationError(f"{name} = {p}: a sampling probability lies in (0, 1]")
-    return float(p)
+    return prob_arg(p, name)
 
 
 def sigma_fixed(n: int) -> Sigma:
-    """Uniform n-subset without replacement R_n (P-III Thm 6): ln((n e^{2ε}+1)/(n+1))."""
+    """Uniform n-subset without replacement R_n (PST'16 Thm 6): ln((n e^{2ε}+1)/(n+1))."""
     n = _n(n)
     return lambda eps: math.log((n * math.exp(2 * eps) + 1) / (n + 1))
 
 
 def sigma_fixed_partition(n: int) -> Sigma:
-    """(R_n(D), D − R_n(D)) (P-III Thm 7, [R] form): ln((n e^{3ε} + e^{ε})/(n+1))."""
+    """(R_n(D), D − R_n(D)) (PST'16 Thm 7, [R] form): ln((n e^{3ε} + e^{ε})/(n+1))."""
     n = _n(n)
     return lambda eps: math.log((n * math.exp(3 * eps) + math.exp(eps)) / (n + 1))
 
 
 def sigma_with_replacement(n: int) -> Sigma:
-    """n draws with replacement: n·ε (∅ vs {a} gives n copies of a; spec §7.3)."""
+    """n draws with replacement: n·ε (∅ vs {a} gives n copies of a; group privacy)."""
     n = _n(n)
     return lambda eps: n * eps
 
 
 def sigma_fraction(p: float) -> Sigma:
-    """⌊p|D|⌋ uniform items P_p (P-III Thm 8; the second term dominates): ln(p e^{3ε}+(1−p)e^{ε})."""
+    """⌊p|D|⌋ uniform items P_p (PST'16 Thm 8; the second term dominates): ln(p e^{3ε}+(1−p)e^{ε})."""
     p = _p(p, "p")
     return lambda eps: math.log(p * math.exp(3 * eps) + (1 - p) * math.exp(eps))
 
 
 def sigma_fraction_partition(p: float) -> Sigma:
-    """(P_p(D), rest) ([R] of spec §7.4): ln max(p e^{3ε}+(1−p)e^{ε}, p e^{5ε}+(1−p)e^{3ε})."""
+    """(P_p(D), rest) ([R], corrected from PST'16 §4.4): ln max(p e^{3ε}+(1−p)e^{ε}, p e^{5ε}+(1−p)e^{3ε})."""
     p = _p(p, "p")
     return lambda eps: math.log(max(p * math.exp(3 * eps) + (1 - p) * math.exp(eps),
                                     p * math.exp(5 * eps) + (1 - p) * math.exp(3 * eps)))
 
 
 def sigma_bernoulli(b: float) -> Sigma:
-    """Bernoulli sampling B_b (amplification; P-III §4.5): ln(b e^{ε} + 1 − b)."""
+    """Bernoulli sampling B_b (amplification; PST'16 §4.5): ln(b e^{ε} + 1 − b)."""
     b = _p(b, "b")
     return lambda eps: math.log(b * math.exp(eps) + 1 - b)
 
 
 def sigma_bernoulli_partition(b: float) -> Sigma:
-    """(B_b(D), rest) (P-III Thm 9): ε, like a deterministic 1-stable partition."""
+    """(B_b(D), rest) (PST'16 Thm 9): ε, like a deterministic 1-stable partition."""
     _p(b, "b")
     return lambda eps: eps
 
 
-def _sample(q: Queryable, positions: np.ndarray, sigma: Sigma) -> Queryable:
-    return Queryable._derive(q._df.iloc[positions], SigmaAgent(q._agent, sigma), q._roots)
+def _split(q: Queryable, kind: str, param: float, sigma: Sigma
+           ) -> tuple[Queryable, Queryable]:
+    """(sample, rest) drawn with a fresh secret from the table's noise source."""
+    if not isinstance(q, Queryable):
+        raise ValidationError(
+            f"sampling needs a PINQ Queryable, got a {type(q).__name__}: samplers are not "
+            "union-preserving, so a ProPerTable must go through as_pinq(eps) first")
+    return q._rel.sample(kind, param, q._noise.secret())
 
 
-def _split(q: Queryable, chosen: np.ndarray, sigma: Sigma) -> tuple[Queryable, Queryable]:
+def _sample(q: Queryable, kind: str, param: float, sigma: Sigma) -> Queryable:
+    rel, _ = _split(q, kind, param, sigma)
+    return Queryable._derive(rel, SigmaAgent(q._agent, sigma), q._roots, q._noise)
+
+
+def _parts(q: Queryable, kind: str, param: float, sigma: Sigma) -> tuple[Queryable, Queryable]:
+    k, kbar = _split(q, kind, param, sigma)
     shared = PartitionAgent(SigmaAgent(q._agent, sigma))
-    mask = np.zeros(len(q._df), dtype=bool)
-    mask[chosen] = True
-    k = Queryable._derive(q._df[mask], shared.part(True), q._roots)
-    kbar = Queryable._derive(q._df[~mask], shared.part(False), q._roots)
-    return k, kbar
+    return (Queryable._derive(k, shared.part(True), q._roots, q._noise),
+            Queryable._derive(kbar, shared.part(False), q._roots, q._noise))
 
 
-def _subset(size: int, k: int, rng: Rng) -> np.ndarray:
-    gen = noise.resolve_rng(rng)
-    return np.sort(gen.choice(size, size=min(k, size), replace=False))
-
-
-def sample_fixed(q: Queryable, n: int, *, rng: Rng = None) -> Queryable:
+@quietly
+def sample_fixed(q: Queryable, n: int) -> Queryable:
     """A uniform n-subset (all of D if |D| ≤ n); cost σ_fixed(n)."""
-    return _sample(q, _subset(len(q._df), _n(n), rng), sigma_fixed(n))
+    n = _n(n)
+    return _sample(q, "fixed", n, sigma_fixed(n))
 
 
-def sample_with_replacement(q: Queryable, n: int, *, rng: Rng = None) -> Queryable:
+@quietly
+def sample_with_replacement(q: Queryable, n: int) -> Queryable:
     """n independent uniform draws (empty if D is empty); cost n·ε."""
-    gen = noise.resolve_rng(rng)
-    size = len(q._df)
-    pos = gen.integers(0, size, size=_n(n)) if size else np.zeros(0, dtype=np.int64)
-    return _sample(q, pos, sigma_with_replacement(n))
+    n = _n(n)
+    return _sample(q, "replacement", n, sigma_with_replacement(n))
 
 
-def sample_fraction(q: Queryable, p: float, *, rng: Rng = None) -> Queryable:
+@quietly
+def sample_fraction(q: Queryable, p: float) -> Queryable:
     """⌊p·|D|⌋ records uniformly without replacement; cost σ_fraction(p)."""
-    size = len(q._df)
-    return _sample(q, _subset(size, math.floor(_p(p, "p") * size), rng), sigma_fraction(p))
+    p = _p(p, "p")
+    return _sample(q, "fraction", p, sigma_fraction(p))
 
 
-def sample_bernoulli(q: Queryable, b: float, *, rng: Rng = None) -> Queryable:
+@quietly
+def sample_bernoulli(q: Queryable, b: float) -> Queryable:
     """Each record independently with probability b; cost σ_bernoulli(b) < ε."""
-    gen = noise.resolve_rng(rng)
-    keep = np.flatnonzero(gen.random(len(q._df)) < _p(b, "b"))
-    return _sample(q, keep, sigma_bernoulli(b))
+    b = _p(b, "b")
+    return _sample(q, "bernoulli", b, sigma_bernoulli(b))
 
 
-def partition_fixed(q: Queryable, n: int, *, rng: Rng = None) -> tuple[Queryable, Queryable]:
+@quietly
+def partition_fixed(q: Queryable, n: int) -> tuple[Queryable, Queryable]:
     """(uniform n-subset, the rest); the parts share a max-agent; cost σ̂_fixed(n)."""
-    return _split(q, _subset(len(q._df), _n(n), rng), sigma_fixed_partition(n))
+    n = _n(n)
+    return _parts(q, "fixed", n, sigma_fixed_partition(n))
 
 
-def partition_fraction(q: Queryable, p: float, *, rng: Rng = None) -> tuple[Queryable, Queryable]:
+@quietly
+def partition_fraction(q: Queryable, p: float) -> tuple[Queryable, Queryable]:
     """(⌊p|D|⌋ uniform records, the rest); cost σ̂_fraction(p)."""
-    size = len(q._df)
-    chosen = _subset(size, math.floor(_p(p, "p") * size), rng)
-    return _split(q, chosen, sigma_fraction_partition(p))
+    p = _p(p, "p")
+    return _parts(q, "fraction", p, sigma_fraction_partition(p))
 
 
-def partition_bernoulli(q: Queryable, b: float, *, rng: Rng = None) -> tuple[Queryable, Queryable]:
+@quietly
+def partition_bernoulli(q: Queryable, b: float) -> tuple[Queryable, Queryable]:
     """(Bernoulli(b) sample, the rest); cost ε (Thm 9)."""
-    gen = noise.resolve_rng(rng)
-    chosen = np.flatnonzero(gen.random(len(q._df)) < _p(b, "b"))
-    return _split(q, chosen, sigma_bernoulli_partition(b))
+    b = _p(b, "b")
+    return _parts(q, "bernoulli", b, sigma_bernoulli_partition(b))

@@ -45,7 +45,8 @@ def _pinq_table(db: str, source: str, budget: float | None):  # noqa: ANN202 (la
 
     from dprivacy.tables.pinq import Queryable
 
-    return Queryable(pd.DataFrame({"a": np.arange(60)}), budget, ledger=db, source=source)
+    return Queryable(pd.DataFrame({"a": np.arange(60)}), budget, ledger=db, source=source,
+                     noise_seed=0)
 
 
 def pinq_kill_mode(db: str, out: str, start: int, stop: int, budget: float) -> None:
@@ -59,7 +60,7 @@ def pinq_kill_mode(db: str, out: str, start: int, stop: int, budget: float) -> N
     print("ready", flush=True)
     for q in range(start, stop):
         try:
-            answer = t.where(lambda d: d["a"] % 3 == 0).noisy_count(0.01, rng=q, secure=False)
+            answer = t.where(lambda r: r["a"] % 3 == 0).noisy_count(0.01)
             os.write(fd, f"{t.last_query_id()} q{q} {answer!r}\n".encode())
         except BudgetExceededError:
             os.write(fd, f"- q{q} refused\n".encode())
@@ -80,9 +81,9 @@ def pinq_race_mode(db: str, n: int, go: str) -> None:
     for i in range(n):
         try:
             if i % 2:
-                g.noisy_count(0.05, rng=i, secure=False)
+                g.noisy_count(0.05)
             else:
-                t.noisy_sum(0.1, lambda d: d["a"] / 60, 0.0, 1.0, rng=i, secure=False)
+                t.noisy_sum(0.1, lambda r: r["a"] / 60, 0.0, 1.0)
             wins += 1
         except BudgetExceededError:
             pass

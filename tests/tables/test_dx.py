@@ -40,10 +40,10 @@ def test_pinq_release_charges_the_max_cost_times_the_scaling(durable, tmp_path):
     assert h.N == 3 and h.cost(W, D) == pytest.approx(0.4)
     doubled = t.concat(t)
     assert doubled.histogram(U).cost(W, D) == pytest.approx(0.8)
-    y = t.release(W, D, U, rng=0, secure=False)
+    y = t.release(W, D, U)
     assert y.shape == (2,) and t.remaining_budget() == pytest.approx(0.6)
     with pytest.raises(BudgetExceededError):
-        doubled.release(W, D, U, rng=0)
+        doubled.release(W, D, U)
     assert t.remaining_budget() == pytest.approx(0.6)
     if durable:  # a new process sees what the release spent
         assert Queryable(records(), ledger=tmp_path / "l.sqlite").remaining_budget() == 0.6
@@ -51,8 +51,8 @@ def test_pinq_release_charges_the_max_cost_times_the_scaling(durable, tmp_path):
 
 def test_pinq_release_is_the_dx_laplace_of_the_histogram():
     """Same seed: the table release equals DXLaplace.release on the table's histogram."""
-    t = Queryable(records(), budget=100.0)
-    y = t.release(W, _D0, U, metric=M, rng=5, secure=False)
+    t = Queryable(records(), budget=100.0, noise_seed=5)
+    y = t.release(W, _D0, U, metric=M)
     x = U.histogram(records(), on_unknown="drop")
     assert list(x) == [2, 1, 3]
     assert y == pytest.approx(dp.DXLaplace(W, D).release(x, rng=5, secure=False))
@@ -61,8 +61,8 @@ def test_pinq_release_is_the_dx_laplace_of_the_histogram():
 def test_proper_release_charges_each_record_its_element_cost_and_drops_non_payers():
     df = records().assign(pid=np.arange(7))
     budgets = [0.2, 0.1, 0.5, 0.4, 0.3, 1.0, 0.0]
-    t = ProPerTable(df, budget=budgets, id_column="pid")
-    y = t.release(W, D, U, rng=1, secure=False)  # payers: ids 0, 2, 3, 5 (and 6 costs 0)
+    t = ProPerTable(df, budget=budgets, id_column="pid", noise_seed=1)
+    y = t.release(W, D, U)  # payers: ids 0, 2, 3, 5 (and 6 costs 0)
     rem = t.ledger.remaining(np.arange(7))
     assert rem == pytest.approx([0.0, 0.1, 0.1, 0.0, 0.3, 0.6, 0.0])
     x_paid = np.array([1, 1, 2])
@@ -70,13 +70,15 @@ def test_proper_release_charges_each_record_its_element_cost_and_drops_non_payer
 
 
 def test_proper_release_sums_costs_per_source_and_keeps_bottom_records():
-    t = ProPerTable(pd.DataFrame({"a": [0, 1]}), budget=[0.45, 10.0])
-    both = t.select_many(2, lambda d: pd.DataFrame({"a": [0, 2, 1]}, index=[0, 0, 1]))
+    t = ProPerTable(pd.DataFrame({"a": [0, 1]}), budget=[0.45, 10.0], noise_seed=3)
+    both = t.select_many(2, lambda r: [(0,), (2,)] if r["a"] == 0 else [(1,)], columns=["a"])
     lit = both.concat(pd.DataFrame({"a": [1, 1]}))  # public rows: always counted, never charged
-    lit.release(W, D, U, rng=0, secure=False)  # source 0: 0.2 + 0.4 = 0.6 > 0.45 -> dropped
+    lit.release(W, D, U)  # source 0: 0.2 + 0.4 = 0.6 > 0.45 -> dropped
     assert list(t.ledger.remaining([0, 1])) == pytest.approx([0.45, 9.6])
-    y = lit.histogram(U).release(W, D, rng=3, secure=False)
-    assert y == pytest.approx(dp.DXLaplace(W, D).release(np.array([0, 3, 0]), rng=3,
+    gen = np.random.default_rng(3)
+    gen.laplace(size=2)
+    y = lit.histogram(U).release(W, D)
+    assert y == pytest.approx(dp.DXLaplace(W, D).release(np.array([0, 3, 0]), rng=gen,
                                                           secure=False))
 
 
@@ -89,8 +91,8 @@ def test_bad_release_input_charges_nothing():
             table.release(W, D, small)
         with pytest.raises(ValidationError):
             table.histogram(U, on_unknown="maybe")
-    with pytest.raises(dp.errors.UnknownRecordError):
-        p.histogram(U, on_unknown="raise").release(W, D)
+    with pytest.raises(ValidationError, match="always dropped"):
+        p.histogram(U, on_unknown="raise")
     with pytest.raises(dp.errors.PrivacyViolationError):  # no constraint set, no metric
         t.release(W, _D0, U)
     with pytest.raises(dp.errors.PrivacyViolationError):  # the design breaks a tight metric

@@ -104,8 +104,8 @@ def test_proper_table_is_the_lifting_and_follows_the_query_rule(vals, budgets, k
     b = budgets.draw(st.lists(st.sampled_from([0.0, 0.125, 0.25, 0.375]), min_size=len(vals),
                               max_size=len(vals)))
     t = ProPerTable(pd.DataFrame({"v": vals}), budget=b)
-    derived = (t.where(lambda d: d["v"] >= cut)
-               .select_many(k, lambda d: pd.concat([d + i for i in range(k)]).sort_index())
+    derived = (t.where(lambda r: r["v"] >= cut)
+               .select_many(k, lambda r: [(r["v"] + i,) for i in range(k)], columns=["v"])
                .concat(pd.DataFrame({"v": lit})))
     d0 = identity(range(len(vals)))
     d0 = compose(mset({(v, i): 1 for i, v in enumerate(vals)}), d0)  # records keyed by value

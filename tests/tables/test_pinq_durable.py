@@ -28,15 +28,15 @@ def test_reopened_queryable_continues_with_the_reduced_budget(tmp_path):
     db = tmp_path / "p.sqlite"
     t = Queryable(DF, 1.0, ledger=db, source="census")
     assert isinstance(t._roots[0], LedgerBudgetAgent)
-    t.noisy_count(0.25, rng=0, secure=False)
-    t.group_by("a").noisy_count(0.1, rng=1, secure=False)  # stability 2: 0.2
+    t.noisy_count(0.25)
+    t.group_by("a").noisy_count(0.1)  # stability 2: 0.2
     assert t.remaining_budget() == pytest.approx(0.55)
     del t  # "the process ends": only the file remains
     again = Queryable(DF, ledger=Ledger(db), source="census")  # budget=None: continue
     assert again.remaining_budget() == pytest.approx(0.55)
     assert Queryable(DF, 1.0, ledger=str(db), source="census").remaining_budget() == 0.55
     other = Queryable(DF, 0.3, ledger=db, source="survey")  # another source: its own budget
-    other.noisy_count(0.3, rng=0, secure=False)
+    other.noisy_count(0.3)
     assert other.remaining_budget() == 0.0 and again.remaining_budget() == pytest.approx(0.55)
     queries, charges = _log(db)
     assert [q[1] for q in queries] == ["pinq:census", "pinq:census", "pinq:survey"]
@@ -45,7 +45,7 @@ def test_reopened_queryable_continues_with_the_reduced_budget(tmp_path):
 
 def test_conflicting_or_missing_initial_budget_is_refused(tmp_path):
     db = tmp_path / "p.sqlite"
-    Queryable(DF, 1.0, ledger=db).noisy_count(0.5, rng=0, secure=False)
+    Queryable(DF, 1.0, ledger=db).noisy_count(0.5)
     with pytest.raises(ValidationError, match="created with 1 .*0.5 left.*budget=None"):
         Queryable(DF, 2.0, ledger=db)  # a re-opened source cannot be given a fresh budget
     with pytest.raises(UnknownRecordError, match="no budget named 'pinq:new'"):
@@ -64,21 +64,21 @@ def test_conflicting_or_missing_initial_budget_is_refused(tmp_path):
 def test_query_beyond_the_durable_budget_raises_and_charges_nothing(tmp_path, monkeypatch):
     db = tmp_path / "p.sqlite"
     t = Queryable(DF, 1.0, ledger=db)
-    t.noisy_sum(0.7, "a", 0.0, 60.0, rng=0, secure=False)
+    t.noisy_sum(0.7, "a", 0.0, 60.0)
     computed = []
-    import dprivacy.tables.aggregations as agg
+    from dprivacy.tables.pandas_relation import PandasRelation
 
-    real = agg.count
-    monkeypatch.setattr(agg, "count", lambda *a, **k: computed.append(1) or real(*a, **k))
+    real = PandasRelation.count
+    monkeypatch.setattr(PandasRelation, "count", lambda self: computed.append(1) or real(self))
     other_process_view = Queryable(DF, ledger=Ledger(db))  # a second connection, same source
     with pytest.raises(BudgetExceededError):
-        other_process_view.where(lambda d: d["a"] > 3).noisy_count(0.31, rng=0, secure=False)
+        other_process_view.where(lambda r: r["a"] > 3).noisy_count(0.31)
     with pytest.raises(BudgetExceededError):
-        t.group_by("a").noisy_count(0.16, rng=0, secure=False)  # 0.32 > 0.3
+        t.group_by("a").noisy_count(0.16)  # 0.32 > 0.3
     assert computed == []  # refused before computing anything
     assert t.remaining_budget() == pytest.approx(0.3)
     assert len(_log(db)[0]) == 1 and len(_log(db)[1]) == 1  # nothing charged or logged
-    t.noisy_count(0.3, rng=0, secure=False)  # exactly the rest is allowed
+    t.noisy_count(0.3)  # exactly the rest is allowed
     assert computed == [1] and t.remaining_budget() == 0.0
 
 
@@ -87,17 +87,17 @@ def test_refusal_rolls_back_memory_agents_and_other_roots(tmp_path):
     rich = Queryable(DF, 5.0, ledger=led, source="rich")
     poor = Queryable(DF, 0.3, ledger=led, source="poor")
     mem = Queryable(DF, 5.0)
-    parts = rich.partition([0, 1], lambda d: d["a"] % 2)
-    parts[0].noisy_count(0.5, rng=0, secure=False)  # partition maximum 0.5
+    parts = rich.partition([0, 1], lambda r: r["a"] % 2)
+    parts[0].noisy_count(0.5)  # partition maximum 0.5
     joined = parts[1].concat(poor).concat(mem)
     with pytest.raises(BudgetExceededError):
-        joined.noisy_count(0.4, rng=0, secure=False)  # poor cannot pay 0.4
+        joined.noisy_count(0.4)  # poor cannot pay 0.4
     assert joined.remaining_budget() == pytest.approx([4.5, 0.3, 5.0])
     assert parts[1].cost(0.5) == 0.0  # the partition's running total was rolled back too
-    joined.noisy_count(0.2, rng=0, secure=False)  # part 1 at 0.2 <= max 0.5: rich pays nothing
+    joined.noisy_count(0.2)  # part 1 at 0.2 <= max 0.5: rich pays nothing
     assert joined.remaining_budget() == pytest.approx([4.5, 0.1, 4.8])
-    parts[1].noisy_count(0.4, rng=0, secure=False)  # part 1 at 0.6: rich pays 0.1
-    joined.noisy_count(0.1, rng=0, secure=False)  # rich and poor pay in one transaction
+    parts[1].noisy_count(0.4)  # part 1 at 0.6: rich pays 0.1
+    joined.noisy_count(0.1)  # rich and poor pay in one transaction
     assert joined.remaining_budget() == pytest.approx([4.3, 0.0, 4.7])
     queries, charges = _log(led.path)
     assert [q[1] for q in queries] == ["pinq:rich", "pinq:poor", "pinq:rich",
@@ -113,7 +113,7 @@ def test_pinq_and_proper_can_share_one_ledger(tmp_path):
     t = Queryable(DF, 1.0, ledger=led)
     rid = t._roots[0].record_id
     p = ProPerTable(DF, budget=0.5, ledger=led)  # fresh ids never collide with the PINQ record
-    p.noisy_count(0.5, rng=0, secure=False)
+    p.noisy_count(0.5)
     assert t.remaining_budget() == 1.0
     with pytest.raises(ValidationError, match="named budget"):
         ProPerTable(pd.DataFrame({"i": [rid]}), budget=9.0, ledger=led, id_column="i")

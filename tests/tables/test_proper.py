@@ -1,4 +1,4 @@
-"""ProPer: personal budgets, provenance, silent dropping, live data (spec §5, §6)."""
+"""ProPer: personal budgets, provenance, silent dropping, live data (POPL'15 §4-§6)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,6 @@ from dprivacy.errors import (
     ValidationError,
 )
 from dprivacy.tables import Ledger, MemoryLedger, ProPerTable, Queryable
-
-FAST = {"secure": False}
 
 
 def eligible(t: ProPerTable, eps: float) -> pd.DataFrame:
@@ -40,7 +38,7 @@ def staff() -> pd.DataFrame:
 
 
 def has(role):
-    return lambda d: (d["role1"] == role) | (d["role2"] == role)
+    return lambda r: r["role1"] == role or r["role2"] == role
 
 
 def test_teachers_managers_headmasters_pinq_3eps_proper_2eps():
@@ -48,8 +46,8 @@ def test_teachers_managers_headmasters_pinq_3eps_proper_2eps():
     pinq = Queryable(staff(), budget=1.0)
     prop = ProPerTable(staff(), budget=1.0)
     for role in ("Teacher", "Manager", "Headmaster"):
-        pinq.where(has(role)).noisy_count(eps, rng=0, **FAST)
-        prop.where(has(role)).noisy_count(eps, rng=0, **FAST)
+        pinq.where(has(role)).noisy_count(eps)
+        prop.where(has(role)).noisy_count(eps)
     assert 1.0 - pinq.remaining_budget() == pytest.approx(3 * eps)
     spent = 1.0 - budgets(prop, range(5))
     assert spent.max() == pytest.approx(2 * eps)
@@ -62,8 +60,8 @@ def test_disjoint_queries_cost_eps_in_both():
     parts = pinq.partition(["a", "b", "c"], "role")
     prop = ProPerTable(df, budget=1.0)
     for r in "abc":
-        parts[r].noisy_count(0.1, rng=0, **FAST)
-        prop.where(lambda d, r=r: d["role"] == r).noisy_count(0.1, rng=0, **FAST)
+        parts[r].noisy_count(0.1)
+        prop.where(lambda rec, r=r: rec["role"] == r).noisy_count(0.1)
     assert 1 - pinq.remaining_budget() == pytest.approx(0.1)
     assert (1 - budgets(prop, range(4))).max() == pytest.approx(0.1)
 
@@ -72,14 +70,15 @@ def test_drop_exactly_when_the_source_cannot_pay():
     df = pd.DataFrame({"who": ["s0", "s1", "s2", "s3"], "v": [0, 1, 2, 3]})
     t = ProPerTable(df, budget=[0.3, 0.5, 0.25, 1.0])
     # records per source in the queried table: s0 1, s1 2, s2 3, s3 0
-    derived = t.select_many(3, lambda d: d.loc[d.index.repeat([1, 2, 3, 0])])
+    times = {"s0": 1, "s1": 2, "s2": 3, "s3": 0}
+    derived = t.select_many(3, lambda r: [r["who"]] * times[r["who"]])
     got = eligible(derived, 0.1)  # costs 0.1, 0.2, 0.3, 0
-    assert sorted(got["who"]) == ["s0", "s1", "s1"]
+    assert sorted(got["value"]) == ["s0", "s1", "s1"]
     assert list(budgets(t, range(4))) == pytest.approx([0.2, 0.3, 0.25, 1.0])
     got = eligible(derived, 0.1)  # now s0 0.2 ≥ 0.1, s1 0.3 ≥ 0.2
-    assert sorted(got["who"]) == ["s0", "s1", "s1"]
+    assert sorted(got["value"]) == ["s0", "s1", "s1"]
     got = eligible(derived, 0.1)  # s1 has 0.1 < 0.2: dropped; s0 pays its last 0.1
-    assert sorted(got["who"]) == ["s0"]
+    assert sorted(got["value"]) == ["s0"]
     assert list(budgets(t, range(4))) == pytest.approx([0.0, 0.1, 0.25, 1.0])
     assert len(eligible(derived, 0.1)) == 0  # everyone exhausted: an empty table, no error
 
@@ -93,12 +92,12 @@ def test_exact_equality_pays():
 
 
 def test_provenance_example_alice_2eps_bob_eps():
-    """Spec §9 row 6: {(r, Alice), (r, Alice), (r, Bob)} costs Alice 2ε and Bob ε."""
+    """POPL'15 §4.2: {(r, Alice), (r, Alice), (r, Bob)} costs Alice 2ε and Bob ε."""
     t = ProPerTable(pd.DataFrame({"name": ["Alice", "Bob"]}), budget=1.0)
-    r = t.select_many(2, lambda d: pd.DataFrame({"rec": ["r"] * 3}, index=[0, 0, 1]))
-    r.noisy_count(0.1, rng=0, **FAST)
+    r = t.select_many(2, lambda rec: ["r", "r"] if rec["name"] == "Alice" else ["r"])
+    r.noisy_count(0.1)
     assert list(1 - budgets(t, [0, 1])) == pytest.approx([0.2, 0.1])
-    t.concat(t).noisy_count(0.1, rng=0, **FAST)  # x ⊎ x: 2ε each
+    t.concat(t).noisy_count(0.1)  # x ⊎ x: 2ε each
     assert list(1 - budgets(t, [0, 1])) == pytest.approx([0.4, 0.3])
 
 
@@ -108,17 +107,17 @@ def test_records_derived_from_no_source_are_always_included():
     both = t.concat(lit)
     assert len(eligible(both, 0.1)) == 5
     assert len(eligible(both, 0.1)) == 3  # sources exhausted; ⊥ rows stay
-    assert sorted(eligible(both.where(lambda d: d["v"] > 1), 5.0)["v"]) == [10, 20, 30]
+    assert sorted(eligible(both.where(lambda r: r["v"] > 1), 5.0)["v"]) == [10, 20, 30]
 
 
 def test_no_error_reveals_exhaustion():
     t = ProPerTable(pd.DataFrame({"v": [1, 2]}), budget=0.0)
     for call in (
-        lambda: t.noisy_count(1.0, rng=0, **FAST),
-        lambda: t.noisy_sum(1.0, "v", 0, 2, rng=0, **FAST),
-        lambda: t.noisy_average(1.0, "v", 0, 2, rng=0, **FAST),
-        lambda: t.noisy_median(1.0, "v", 0, 2, rng=0, **FAST),
-        lambda: t.exponential_mechanism(1.0, [0, 1], lambda d: np.ones((len(d), 2)), rng=0, **FAST),
+        lambda: t.noisy_count(1.0),
+        lambda: t.noisy_sum(1.0, "v", 0, 2),
+        lambda: t.noisy_average(1.0, "v", 0, 2),
+        lambda: t.noisy_median(1.0, "v", 0, 2),
+        lambda: t.exponential_mechanism(1.0, [0, 1], lambda r, c: 1.0),
     ):
         call()  # never raises
     assert list(budgets(t, [0, 1])) == [0.0, 0.0]
@@ -128,8 +127,8 @@ def test_study_on_a_subgroup_leaves_others_intact():
     """AB-negative motivation (P-II §1): only the subgroup pays."""
     df = pd.DataFrame({"blood": ["AB-"] * 3 + ["O+"] * 97, "age": np.arange(100)})
     t = ProPerTable(df, budget=1.0)
-    ab = t.where(lambda d: d["blood"] == "AB-")
-    ab.noisy_average(0.5, "age", 0, 100, rng=0, **FAST)
+    ab = t.where(lambda r: r["blood"] == "AB-")
+    ab.noisy_average(0.5, "age", 0, 100)
     spent = 1 - budgets(t, range(100))
     assert list(spent[:3]) == pytest.approx([0.5] * 3) and not spent[3:].any()
 
@@ -137,12 +136,12 @@ def test_study_on_a_subgroup_leaves_others_intact():
 def test_as_pinq_charges_each_involved_source_and_returns_a_global_budget():
     df = pd.DataFrame({"name": ["Al", "Bea", "Cy"], "teach": [True, True, False]})
     t = ProPerTable(df, budget=[1.0, 0.05, 1.0])
-    names = t.where(lambda d: d["teach"]).select(lambda d: d["name"].str.len())
-    q = names.as_pinq(0.1)  # the NameLengths pipeline of P-II §6.2
+    names = t.where(lambda r: r["teach"]).select(name=lambda r: len(r["name"]))
+    q = names.as_pinq(0.1)  # the NameLengths pipeline of POPL'15 §6.2
     assert isinstance(q, Queryable) and q.remaining_budget() == pytest.approx(0.1)
     assert list(q._df["name"]) == [2]  # Bea cannot pay 0.1 and is left out
     assert list(budgets(t, range(3))) == pytest.approx([0.9, 0.05, 1.0])
-    q.group_by("name").noisy_count(0.05, rng=0, **FAST)  # GroupBy inside PINQ: 2 × 0.05
+    q.group_by("name").noisy_count(0.05)  # GroupBy inside PINQ: 2 × 0.05
     with pytest.raises(BudgetExceededError):
         q.noisy_count(0.01)
 
@@ -198,10 +197,10 @@ def test_live_data_insert_delete_update():
     new = t.insert(pd.DataFrame({"v": [3]}), budget=0.25)
     assert list(new) == [2]
     assert list(eligible(t, 0.1)["v"]) == [3]  # old exhausted records filtered automatically
-    t.update(lambda d: d.assign(v=d["v"] * 10), where=lambda d: d["v"] == 3)
+    t.update(lambda r: {"v": r["v"] * 10}, where=lambda r: r["v"] == 3)
     assert list(t._df["v"]) == [1, 2, 30] and list(t._prov) == [0, 1, 2]
     assert list(eligible(t, 0.1)["v"]) == [30]  # provenance kept: the same individual pays
-    t.delete(lambda d: d["v"] == 1)
+    t.delete(lambda r: r["v"] == 1)
     t.delete(ids=[2])
     assert list(t._df["v"]) == [2] and list(t._prov) == [1]
     assert budgets(t, [2])[0] == pytest.approx(0.05)
@@ -210,15 +209,15 @@ def test_live_data_insert_delete_update():
 def test_public_table_operations_keep_provenance():
     t = ProPerTable(pd.DataFrame({"k": [1, 2, 3], "v": [10, 20, 30]}), budget=1.0)
     pub = pd.DataFrame({"k": [1, 1, 2], "w": ["a", "b", "c"]})
-    t.join_public(pub, on="k").noisy_count(0.1, rng=0, **FAST)  # k=1 twice, k=2 once, k=3 none
+    t.join_public(pub, on="k").noisy_count(0.1)  # k=1 twice, k=2 once, k=3 none
     assert list(1 - budgets(t, range(3))) == pytest.approx([0.2, 0.1, 0.0])
-    t.product(pd.DataFrame({"x": [0, 1, 2]})).noisy_count(0.1, rng=0, **FAST)  # |T| = 3 each
+    t.product(pd.DataFrame({"x": [0, 1, 2]})).noisy_count(0.1)  # |T| = 3 each
     assert list(1 - budgets(t, range(3))) == pytest.approx([0.5, 0.4, 0.3])
     rest = t.exclude(pd.DataFrame({"k": [2]}), on=["k"])
     assert list(rest._df["k"]) == [1, 3] and list(rest._prov) == [0, 2]
     parts = t.partition([1, 3], "k")
-    parts[1].noisy_count(0.1, rng=0, **FAST)
-    parts[3].noisy_count(0.1, rng=0, **FAST)
+    parts[1].noisy_count(0.1)
+    parts[3].noisy_count(0.1)
     assert list(1 - budgets(t, range(3))) == pytest.approx([0.6, 0.4, 0.4])
 
 
@@ -233,7 +232,7 @@ def test_durable_ledger_reattaches_by_id(tmp_path):
     path = tmp_path / "b.sqlite"
     df = pd.DataFrame({"pid": [10, 11], "v": [1, 2]})
     t = ProPerTable(df, budget=1.0, ledger=Ledger(path), id_column="pid")
-    t.where(lambda d: d["v"] == 1).noisy_count(0.4, rng=0, **FAST)
+    t.where(lambda r: r["v"] == 1).noisy_count(0.4)
     again = ProPerTable(df, budget=1.0, ledger=Ledger(path), id_column="pid")  # a new process
     assert list(again.ledger.remaining([10, 11])) == pytest.approx([0.6, 1.0])
     fresh = ProPerTable(pd.DataFrame({"v": [5]}), ledger=Ledger(path))
@@ -241,7 +240,7 @@ def test_durable_ledger_reattaches_by_id(tmp_path):
 
 
 def _reference(counts: dict[int, int], budget: dict[int, float], eps: float) -> set[int]:
-    """Spec §6.4 reference algorithm: who pays."""
+    """POPL'15 Fig. 3 (Query rule) as a reference: who pays."""
     ok = {p for p, k in counts.items() if budget[p] >= eps * k - 1e-12}
     for p in ok:
         budget[p] -= eps * counts[p]
@@ -268,12 +267,12 @@ def test_property_matches_reference_and_neighbours_only_differ_in_r(init, progra
         t = ProPerTable(df, budget=b, id_column="id")
         ref = dict(enumerate(b))
         for mask_bits, mult, eps in program:
-            sel = t.where(lambda d, m=mask_bits: (m >> (d["v"].to_numpy() % 8)) & 1 == 1)
-            q = sel.select_many(mult, lambda d, k=mult: pd.concat([d] * k).sort_index())
+            sel = t.where(lambda r, m=mask_bits: (m >> (r["v"] % 8)) & 1 == 1)
+            q = sel.select_many(mult, lambda r, k=mult: [r["v"]] * k)
             counts = pd.Series(q._prov).value_counts().to_dict()
             expected = _reference(counts, ref, eps)
             got = eligible(q, eps)
-            assert sorted(set(got["v"])) == sorted(expected)
+            assert sorted(set(got["value"])) == sorted(expected)
             assert (t.ledger.remaining(np.arange(len(b))) >= 0).all()
         rem = t.ledger.remaining(np.arange(len(b)))
         assert rem == pytest.approx([ref[i] for i in range(len(b))], abs=1e-9)
@@ -292,17 +291,15 @@ def test_partition_provenance_with_and_without_consecutive_ids():
     df = pd.DataFrame({"k": [0, 1, 0, 1, 2]})
     t = ProPerTable(df.iloc[:2], budget=1.0)
     t.insert(df.iloc[2:], budget=1.0)  # ids 2..4 continue the run 0..1
-    assert t._id_offset == 0
     u = ProPerTable(df, budget=1.0, id_column=None)
-    u.delete(lambda d: d["k"] == 2)
+    u.delete(lambda r: r["k"] == 2)
     u.insert(df.iloc[4:], budget=1.0)  # prov [0, 1, 2, 3, 5]: not a run any more
-    assert u._id_offset is None
     for table, expected in ((t, [[0, 2], [1, 3]]), (u, [[0, 2], [1, 3]])):
         parts = table.partition([0, 1], "k")
         assert [list(parts[k]._prov) for k in (0, 1)] == expected
     v = ProPerTable(df, budget=1.0, ledger=t.ledger)  # ids 5..9 of a shared ledger
-    assert v._id_offset == 5 and list(v.partition([2], "k")[2]._prov) == [9]
-    v.partition([2], "k")[2].noisy_count(0.5, rng=0, secure=False)
+    assert list(v.partition([2], "k")[2]._prov) == [9]
+    v.partition([2], "k")[2].noisy_count(0.5)
     assert list(1 - t.ledger.remaining(range(10))) == pytest.approx([0] * 9 + [0.5])
 
 
@@ -310,8 +307,8 @@ def test_deferred_account_charges_match_immediate_ones():
     """Alternating queries on overlapping tables (accounts opened, settled, exhausted)."""
     df = pd.DataFrame({"v": np.arange(12)})
     t = ProPerTable(df, budget=np.linspace(0, 1.1, 12))
-    a = t.where(lambda d: d["v"] % 2 == 0)
-    b = t.where(lambda d: d["v"] < 7)
+    a = t.where(lambda r: r["v"] % 2 == 0)
+    b = t.where(lambda r: r["v"] < 7)
     expected = np.linspace(0, 1.1, 12)
     for table, eps in [(a, 0.2), (a, 0.2), (b, 0.3), (a, 0.1), (b, 0.3), (b, 0.3), (a, 0.5)]:
         ids = table._prov

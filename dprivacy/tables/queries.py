@@ -1,0 +1,109 @@
+"""The noisy aggregations shared by PINQ and ProPer tables (one API, two ways of paying).
+
+Every method follows the same three steps: (1) check every argument and plan the aggregation
+(:mod:`dprivacy.tables.aggregations`), raising :class:`~dprivacy.errors.ValidationError` before
+anything is charged; (2) pay: PINQ charges s·ε to the global budget (raising
+:class:`~dprivacy.errors.BudgetExceededError` if it cannot, a data-independent event), ProPer
+charges every source its own cost and silently leaves out those who cannot pay (never raising);
+(3) compute the exact aggregate in the engine and add noise from the table's
+:class:`~dprivacy.tables.randomness.NoiseSource`. There is no ``rng`` or ``secure`` argument:
+the analyst cannot choose or seed the noise (the data owner may fix ``noise_seed`` on the table
+for simulations).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+from dprivacy.tables import aggregations as agg
+from dprivacy.tables.randomness import NoiseSource
+from dprivacy.tables.relation import Relation, ValueSpec
+from dprivacy.tables.rowwise import sealed
+
+__all__ = ["NoisyQueries"]
+
+
+@sealed
+class NoisyQueries:
+    """Mixin: noisy aggregations on ``self._rel`` paid by ``self._pay_then(eps, plan)``."""
+
+    _rel: Relation
+    _noise: NoiseSource
+
+    @property
+    def columns(self) -> list[Hashable]:
+        """Column names (the schema is public, as PINQ's typed records)."""
+        return list(self._rel.columns)
+
+    @property
+    def backend(self) -> str:
+        """The engine holding the records: ``"pandas"``, ``"duckdb"`` or ``"spark"``."""
+        return str(self._rel.backend)
+
+    def _pay_then(self, eps: float, plan: agg.Plan) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _value(self, f: ValueSpec | None) -> ValueSpec:
+        spec = agg.value_spec(f, self.columns, self._rel.check_value)
+        self._rel.check_value(spec)
+        return spec
+
+    def noisy_count(self, eps: float) -> float:
+        """|T| + Lap(1/ε) (PINQ's NoisyCount).
+
+        Examples:
+            >>> import pandas as pd
+            >>> from dprivacy.tables import Queryable
+            >>> t = Queryable(pd.DataFrame({"age": [10, 20, 30]}), budget=1.0)
+            >>> _ = t.where(lambda r: r["age"] > 17).noisy_count(eps=0.5)
+            >>> t.remaining_budget()
+            0.5
+        """
+        e, plan = agg.count_plan(eps)
+        return self._pay_then(e, plan)
+
+    def noisy_sum(self, eps: float, f: ValueSpec | None = None, lo: float = -1.0,
+                  hi: float = 1.0) -> float:
+        """Σ clamp(f(x), lo, hi) + Lap(max(|lo|, |hi|)/ε).
+
+        ``f`` is a column name or a per-record function (None: the only column); values that
+        are NaN, not numbers or whose function raises count as (lo + hi)/2."""
+        e, plan = agg.sum_plan(eps, self._value(f), lo, hi)
+        return self._pay_then(e, plan)
+
+    def noisy_average(self, eps: float, f: ValueSpec | None = None, lo: float = -1.0,
+                      hi: float = 1.0) -> float:
+        """Average of clamp(f(x), lo, hi): noisy sum / noisy count at ε/2 each, in [lo, hi]."""
+        e, plan = agg.average_plan(eps, self._value(f), lo, hi)
+        return self._pay_then(e, plan)
+
+    def noisy_order_statistic(self, eps: float, frac: float, f: ValueSpec | None = None,
+                              lo: float = 0.0, hi: float = 1.0) -> float:
+        """Exponential-mechanism ``frac``-quantile of clamp(f(x), lo, hi)."""
+        e, plan = agg.order_statistic_plan(eps, frac, self._value(f), lo, hi)
+        return self._pay_then(e, plan)
+
+    def noisy_median(self, eps: float, f: ValueSpec | None = None, lo: float = 0.0,
+                     hi: float = 1.0) -> float:
+        """``noisy_order_statistic(eps, 0.5, f, lo, hi)``."""
+        return self.noisy_order_statistic(eps, 0.5, f, lo, hi)
+
+    def exponential_mechanism(self, eps: float, candidates: Sequence[Any],
+                              score: Callable[[Any, Any], Any]) -> Any:
+        """A candidate r with probability ∝ exp(ε·Σ_x clamp(score(x, r), 0, 1)).
+
+        ``score(record, candidate)`` is the per-record score (non-numbers and failures score 0).
+        """
+        e, cands, run = agg.exponential_plan(eps, candidates)
+        self._rel.check_score(score, cands)
+        return self._pay_then(e, lambda rel, noise: run(rel, noise, score))
+
+    # ------------------------------------------------------------ d_X on tables
+    def release(self, workload: Any, design: Any, universe: Any, *, metric: Any = None) -> Any:
+        """d_X Laplace release (w⊙F)x + Lap(1/β) of the table's histogram x over ``universe``
+        (see :meth:`histogram`)."""
+        return self.histogram(universe).release(workload, design, metric=metric)
+
+    def histogram(self, universe: Any, on_unknown: str = "drop") -> Any:  # pragma: no cover
+        raise NotImplementedError

@@ -1,0 +1,19 @@
+"""Fixtures of the engine tests: a session-scoped local Spark session (2 cores, UI off, two
+shuffle partitions, quiet logs), started only if a test asks for it."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def spark():
+    pytest.importorskip("pyspark")
+    from dprivacy.tables.engine import local_session
+
+    logging.getLogger("py4j").setLevel(logging.ERROR)
+    session = local_session(2)
+    yield session
+    session.stop()
