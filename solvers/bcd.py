@@ -15,6 +15,7 @@ import numpy as np
 from solvers.constraints import ConstraintSet
 from solvers.convex import ObjectiveBuilder, solve_u, start_pairs
 from solvers.errors import SolverError
+from solvers.operand import row_absmax
 from solvers.verify import Draft, objective
 
 
@@ -23,7 +24,7 @@ def shrinkage(u: np.ndarray, F: np.ndarray, n: float, loss: str) -> tuple[np.nda
     ``a_k = n^2 ||F_k||_inf^2``; absolute: ``w_k = 1`` if ``1/u_k <= n ||F_k||_inf`` else 0.
     Other losses keep w = 1. Returns (w, note)."""
     u = np.asarray(u, float)
-    fmax = np.abs(F).max(axis=1)
+    fmax = row_absmax(F)
     if loss == "squared":
         a = (float(n) * fmax) ** 2
         with np.errstate(invalid="ignore", over="ignore"):
@@ -61,7 +62,7 @@ def bcd(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray, bj: np.
     ca = c[act]
     k = max(20, 4 * int(act.sum()))
     init = start_pairs(F, cs, c, bi, bj, memory_bytes, k)
-    fmax = np.abs(F).max(axis=1)
+    fmax = row_absmax(F)
     kw: dict[str, Any] = dict(memory_bytes=memory_bytes, tol=tol, add_k=k)
     if n is None:
         w = np.ones(m)

@@ -24,6 +24,7 @@ import numpy as np
 from solvers.closed_form import inverse_or_inf
 from solvers.constraints import ConstraintSet
 from solvers.errors import SolverError
+from solvers.operand import rows, take
 from solvers.verify import Draft
 
 ObjectiveBuilder = Callable[[cp.Variable], cp.Minimize | cp.Maximize]
@@ -69,7 +70,7 @@ class WorkingSet:
         lo, hi, eps = lo[fin], hi[fin], eps[fin]
         self.keys.update((lo * self.N + hi).tolist())
         if lo.size:
-            self.rows.append(np.abs(self.F[:, lo] - self.F[:, hi]).T / eps[:, None])
+            self.rows.append(np.abs(take(self.F, lo) - take(self.F, hi)).T / eps[:, None])
         return int(lo.size)
 
     def matrix(self) -> np.ndarray:
@@ -92,7 +93,7 @@ def solve_u(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, build: ObjectiveBui
     act = np.flatnonzero(c > 0)
     if act.size == 0:
         return np.full(m, np.inf), Draft(u=np.full(m, np.inf), iterations=0), ws
-    Fa, ca = F[act], c[act]
+    Fa, ca = rows(F, act), c[act]
     ws = ws if ws is not None else WorkingSet(Fa, cs)
     for i, j in init:
         ws.add(i, j)

@@ -36,6 +36,7 @@ from solvers.bcd import shrinkage
 from solvers.constraints import ConstraintSet
 from solvers.convex import WorkingSet, loss_objective, solve_u, start_pairs
 from solvers.errors import SolverError
+from solvers.operand import row_absmax
 from solvers.verify import Draft
 
 CONVEX_FROM = {"squared": 1.0 / np.sqrt(3.0), "absolute": 0.5}  # h_k convex for z >= this
@@ -138,7 +139,7 @@ def joint(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray, bj: n
     u1, d1, ws = solve_u(F, cs, c, loss_objective(loss, c[act]), init, memory_bytes=memory_bytes,
                          tol=tol, max_rounds=max_rounds, add_k=k, progress=progress)
     assert ws is not None  # act.any(): solve_u built a working set
-    fmax = np.abs(F[act]).max(axis=1)
+    fmax = row_absmax(F)[act]
     ca = c[act]
     A, ut = ((n * fmax) ** 2, np.sqrt(2.0) / (n * fmax)) if loss == "squared" else \
         (n * fmax, 2.0 / (n * fmax))

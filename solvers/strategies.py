@@ -13,6 +13,7 @@ import numpy as np
 
 from solvers.closed_form import inverse_or_inf
 from solvers.constraints import Block, ConstraintSet
+from solvers.operand import rows
 from solvers.verify import Draft
 
 BlockSource = Callable[[], Iterable[Block]]
@@ -79,7 +80,7 @@ def budget_sharing(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, memory_bytes
     beta = np.zeros(m)
     if act.size == 0:
         return Draft(u=np.full(m, np.inf), iterations=0, n_used=cs.n_constraints)
-    source, cached = block_source(F[act], cs, memory_bytes)
+    source, cached = block_source(rows(F, act), cs, memory_bytes)
     B = np.zeros(act.size)
     rounds = 0
     status = "round_limit"
