@@ -39,6 +39,9 @@ __all__ = ["Block", "ConstraintSet", "GeometricIndex", "ScanResult", "as_query_m
            "safe_ratio"]
 _given = given
 _TopK = TopK
+#: With a geometric index, scans are pruned from this many elements on (full scans are as fast
+#: below it); a GeometricIndex may set its own ``min_n``.
+PRUNE_MIN_N = 4000
 
 
 def as_query_matrix(F: object, N: int | None = None) -> np.ndarray:
@@ -336,7 +339,9 @@ class ConstraintSet:
         return ScanResult(part.best, worst, part.top, self.n_constraints, self.n_constraints, how)
 
     def _pruned(self) -> bool:
-        return self._index is not None and self.N >= self._index.min_n
+        if self._index is None:
+            return False
+        return self.N >= (PRUNE_MIN_N if self._index.min_n is None else self._index.min_n)
 
     def _run(self, A: np.ndarray | sp.csc_array, u: np.ndarray | None, *, k: int, agg: str,
              mode: str, memory_bytes: int) -> tuple[kernel_scan.PartResult, str]:

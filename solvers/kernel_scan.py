@@ -2,9 +2,10 @@
 
 Privacy condition checked (Theorem 1): ``sum_k u_k |F_ki - F_kj| <= eps_ij`` for all pairs.
 The Laplace loss of a pair is the weighted cityblock distance between columns of F,
-``loss_ij = sum_k |u_k F_ki - u_k F_kj| = cityblock(x_i, x_j)`` with ``x_i = (u * F)[:, i]``, and
-the max-aggregated loss of the exponential mechanisms (Theorems 3, 5, 7) is the Chebyshev
-distance. Each row block of the upper triangle is one ``scipy.spatial.distance.cdist`` call
+``loss_ij = sum_k u_k |F_ki - F_kj|`` (scipy's ``cdist(..., "cityblock", w=u)``; differences are
+taken before the weights, so near-equal entries keep their relative accuracy), and the
+max-aggregated loss of the exponential mechanisms (Theorems 3, 5, 7) is a weighted Chebyshev
+distance (a loop over the rows). Each row block of the upper triangle is one ``cdist`` call
 (a C loop, no (m, rows, cols) difference array), divided by the budget block and reduced to its
 maximum and top k. Rows with ``u_k = inf`` contribute inf wherever they differ, and 0 elsewhere.
 
@@ -129,10 +130,20 @@ def _pairs_at(I: np.ndarray, J: np.ndarray, shape: tuple[int, ...], flat: np.nda
     return I[flat // shape[1]], J[flat % shape[1]]
 
 
-def _loss(Xa: np.ndarray, Xb: np.ndarray, agg: str) -> np.ndarray:
-    if Xa.shape[1] == 0:
-        return np.zeros((Xa.shape[0], Xb.shape[0]))
-    return cdist(Xa, Xb, "cityblock" if agg == "sum" else "chebyshev")
+def _loss(Fb: np.ndarray, rows: int, u: np.ndarray, agg: str) -> np.ndarray:
+    """Loss of the block rows ``Fb[:, :rows]`` against all columns of ``Fb`` (finite u only):
+    the weighted cityblock distance ``sum_k u_k |F_ki - F_kj|`` (differences first, then the
+    weights, so near-equal entries lose no relative accuracy) or ``max_k u_k |F_ki - F_kj|``."""
+    live = u > 0
+    if not live.any():
+        return np.zeros((rows, Fb.shape[1]))
+    X, w = Fb[live].T, u[live]
+    if agg == "sum":
+        return cdist(X[:rows], X, "cityblock", w=w)
+    out = np.zeros((rows, Fb.shape[1]))
+    for k in range(X.shape[1]):
+        np.maximum(out, w[k] * np.abs(X[:rows, k, None] - X[None, :, k]), out=out)
+    return out
 
 
 def _blocks(cs: ConstraintSet, F: np.ndarray | sp.csc_array, lo: int, hi: int, cells: int,
@@ -172,8 +183,7 @@ def _blocks(cs: ConstraintSet, F: np.ndarray | sp.csc_array, lo: int, hi: int, c
         if u is None:
             yield I, J, E, Fb
         else:
-            X = (Fb[fin] * u[fin][:, None]).T
-            val = _loss(X[: r1 - r0], X, agg)
+            val = _loss(Fb[fin], r1 - r0, u[fin], agg)
             for kk in inf_rows:
                 val[Fb[kk, : r1 - r0, None] != Fb[kk, None, :]] = np.inf
             yield I, J, E, val

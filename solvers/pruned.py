@@ -58,7 +58,8 @@ class GeometricIndex:
     """Points phi (N, D) with ``eps_ij >= scale * max((1 - rtol) ||phi_i - phi_j|| - atol, 0)``
     for every pair (bound (1) of this module). ``all_finite``: every eps_ij is finite (the set
     then has N(N-1)/2 constraints). ``min_n``: below this many elements a full scan is cheaper
-    and is used instead. :func:`min_positive_eps` also assumes eps_ij = 0 when phi_i = phi_j.
+    and is used instead (None: ``solvers.constraints.PRUNE_MIN_N``). :func:`min_positive_eps`
+    also assumes eps_ij = 0 when phi_i = phi_j.
     The k-d tree and nearest-neighbour pairs are built on first use and kept.
 
     Examples
@@ -74,7 +75,7 @@ class GeometricIndex:
     atol: float = 0.0
     leafsize: int = 16
     all_finite: bool = False
-    min_n: int = 4000
+    min_n: int | None = None
     _tree: _Tree | None = field(default=None, repr=False)
     _nn: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
