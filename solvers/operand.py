@@ -101,19 +101,15 @@ def segment_minmax(F: np.ndarray | sp.csc_array, perm: np.ndarray, starts: np.nd
         Fp = F[:, perm]
         return np.minimum.reduceat(Fp, starts, axis=1), np.maximum.reduceat(Fp, starts, axis=1)
     m, N = F.shape
-    S = starts.size
-    seg_of_pos = np.repeat(np.arange(S), np.diff(np.append(starts, N)))
-    seg = np.empty(N, np.int64)
-    seg[perm] = seg_of_pos
-    coo = F.tocoo()
-    lo = np.full((m, S), np.inf)
-    hi = np.full((m, S), -np.inf)
-    s = seg[coo.col]
-    np.minimum.at(lo, (coo.row, s), coo.data)
-    np.maximum.at(hi, (coo.row, s), coo.data)
-    nnz = np.zeros((m, S), np.int64)
-    np.add.at(nnz, (coo.row, s), 1)
-    has_zero = nnz < np.diff(np.append(starts, N))[None, :]
-    lo = np.where(has_zero, np.minimum(lo, 0.0), lo)
-    hi = np.where(has_zero, np.maximum(hi, 0.0), hi)
+    R = sp.csr_array(F)
+    lo = np.empty((m, starts.size))
+    hi = np.empty((m, starts.size))
+    row = np.zeros(N)
+    for k in range(m):  # one dense row at a time: O(N) memory, never the (m, N) matrix
+        a, b = R.indptr[k], R.indptr[k + 1]
+        row[R.indices[a:b]] = R.data[a:b]
+        rp = row[perm]
+        lo[k] = np.minimum.reduceat(rp, starts)
+        hi[k] = np.maximum.reduceat(rp, starts)
+        row[R.indices[a:b]] = 0.0
     return lo, hi

@@ -49,7 +49,7 @@ logger = logging.getLogger(__name__)
 
 PairEps = Callable[[np.ndarray, np.ndarray], np.ndarray]
 _UB_SLACK = 1.0 + 1e-12
-_NODE_CHUNK = 2**15  # node pairs per bound evaluation
+_NODE_CELLS = 2**19  # node pairs x query rows per bound evaluation
 _PAIR_CHUNK = 2**18  # exact pair evaluations per batch (times m)
 
 
@@ -273,8 +273,9 @@ def _traverse(index: GeometricIndex, F: np.ndarray | sp.csc_array,
                 leaf_fn(*tree.leaf_pairs(a[c:c + step], b[c:c + step]))
             continue
         ca, cb = _children(a, b)
-        for c in range(0, ca.size, _NODE_CHUNK):
-            stack.append((lev + 1, ca[c:c + _NODE_CHUNK], cb[c:c + _NODE_CHUNK]))
+        step = max(256, _NODE_CELLS // max(F.shape[0], 1))
+        for c in range(0, ca.size, step):
+            stack.append((lev + 1, ca[c:c + step], cb[c:c + step]))
     return visited
 
 

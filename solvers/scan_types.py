@@ -96,6 +96,9 @@ class TopK:
         """Offer pairs (i, j) with ratios r (entries < 0 are ignored)."""
         if self.k <= 0 or r.size == 0:
             return
+        if self.r.size >= self.k:  # only values reaching the current k-th largest can enter
+            keep = r >= self.threshold()
+            i, j, r = i[keep], j[keep], r[keep]
         if r.size > self.k:
             idx = np.argpartition(r, r.size - self.k)[-self.k:]
             i, j, r = i[idx], j[idx], r[idx]

@@ -37,6 +37,7 @@ PairFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 _INDEXES: WeakKeyDictionary[Universe, dict[str, GeometricIndex]] = WeakKeyDictionary()
+_EPS_MIN: WeakKeyDictionary[Universe, dict[str, float]] = WeakKeyDictionary()
 
 
 def _cached_index(metric: Metric, universe: Universe, build: Callable[[], GeometricIndex]
@@ -47,6 +48,19 @@ def _cached_index(metric: Metric, universe: Universe, build: Callable[[], Geomet
     key = repr(metric)
     if key not in per:
         per[key] = build()
+    return per[key]
+
+
+def _eps_min(metric: Metric, universe: Universe) -> float:
+    """eps_min of a metric with a geometric index: the dense path up to DENSE_LIMIT, else exact
+    nearest-neighbour search (:meth:`ConstraintSet.min_positive_eps`); cached per (universe
+    object, metric value) like the index."""
+    if universe.N <= DENSE_LIMIT:
+        return Metric.eps_min(metric, universe)
+    per = _EPS_MIN.setdefault(universe, {})
+    key = repr(metric)
+    if key not in per:
+        per[key] = float(metric.constraint_set(universe).min_positive_eps())
     return per[key]
 
 
@@ -126,9 +140,7 @@ class Euclidean(Metric):
 
     def eps_min(self, universe: Universe) -> float:
         """Smallest positive budget; for N above the dense limit by nearest neighbours (exact)."""
-        if universe.N <= DENSE_LIMIT:
-            return super().eps_min(universe)
-        return float(self.constraint_set(universe).min_positive_eps())
+        return _eps_min(self, universe)
 
 
 def haversine_km(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -216,9 +228,7 @@ class Geodesic(Metric):
 
     def eps_min(self, universe: Universe) -> float:
         """Smallest positive budget; for N above the dense limit by nearest neighbours (exact)."""
-        if universe.N <= DENSE_LIMIT:
-            return super().eps_min(universe)
-        return float(self.constraint_set(universe).min_positive_eps())
+        return _eps_min(self, universe)
 
 
 @dataclass(frozen=True, repr=False)
