@@ -27,7 +27,8 @@ evaluated (the running maximum, or the k-th largest for a top-k scan). A node pa
 ``UB(A, B) <= t`` cannot contain a pair that raises the maximum (or enters the top k above t),
 and is skipped; every other node pair is split until its leaves are evaluated pair by pair.
 The result therefore equals the full scan over all pairs. Floating point: D_k and delta_AB are
-computed from the actual extreme values with monotone rounding, UB is enlarged by 1e-12
+computed from the actual extreme values with monotone rounding (node ranges are stored in
+float32 rounded outward, so they still contain every value), UB is enlarged by 1e-12
 relative (exact sums may round in another order), and (1) carries the metric's rtol/atol.
 """
 
@@ -166,6 +167,7 @@ class _Tree:
     def f_ranges(self, F: np.ndarray | sp.csc_array) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Per level (root first): per row min and max of F over each node, (m, 2^l) arrays."""
         lo, hi = segment_minmax(F, self.perm, self.starts(self.N, self.L))
+        lo, hi = _outward32(lo, -np.inf), _outward32(hi, np.inf)  # half the memory, still bounds
         los, his = [lo], [hi]
         for _ in range(self.L):
             los.append(los[-1].reshape(lo.shape[0], -1, 2).min(axis=2))
@@ -187,6 +189,15 @@ class _Tree:
         valid &= np.where((a == b)[:, None, None], tri[None], True)
         i, j = I[valid], J[valid]
         return np.minimum(i, j), np.maximum(i, j)
+
+
+def _outward32(x: np.ndarray, toward: float) -> np.ndarray:
+    """float32 copy of x rounded toward ``toward`` (-inf: never above x; +inf: never below), so
+    node ranges stay valid bounds; values beyond float32's range become +-inf (no pruning)."""
+    with np.errstate(over="ignore"):
+        y = x.astype(np.float32)
+    off = (y > x) if toward < 0 else (y < x)
+    return np.where(off, np.nextafter(y, np.float32(toward)), y)
 
 
 def _children(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -261,7 +272,8 @@ def _traverse(index: GeometricIndex, F: np.ndarray | sp.csc_array,
     while stack:
         lev, a, b = stack.pop()
         visited += a.size
-        D = np.maximum(fhi[lev][:, a] - flo[lev][:, b], fhi[lev][:, b] - flo[lev][:, a])
+        hi_a, hi_b = fhi[lev][:, a].astype(float), fhi[lev][:, b].astype(float)
+        D = np.maximum(hi_a - flo[lev][:, b], hi_b - flo[lev][:, a])
         keep = keep_fn(lev, a, b, D)
         a, b = a[keep], b[keep]
         if a.size == 0:
