@@ -114,7 +114,7 @@ def call_solver(fn, *args: Any, **kwargs: Any):
     try:
         return fn(*args, **kwargs)
     except solvers.InfeasibleError as exc:
-        raise InfeasibleDesignError(f"{exc} (see spec §9.3 on zero distances)") from exc
+        raise InfeasibleDesignError(f"{exc} (see docs/theory.md on zero distances)") from exc
     except solvers.SolverError as exc:
         raise ValidationError(str(exc)) from exc
 
@@ -132,13 +132,13 @@ def design(
     universe, metric :
         The budget eps_ij = d_X(chi_i, chi_j).  Graph-type metrics are solved on their edges.
     method : {"closed_form", "equal_split", "uniform", "budget_sharing", "bcd", "exact"}
-        ``closed_form`` is the single-query optimum of spec §3.8 (beta = min eps_ij / |f_i - f_j|);
+        ``closed_form`` is the single-query optimum of paper §4.1 (beta = min eps_ij / |f_i - f_j|);
         ``equal_split``, ``uniform`` and ``budget_sharing`` are Strategies 1-3 (Algorithm 3);
         ``bcd`` the paper's block coordinate descent; ``exact`` the convex program in u (§9.1).
     loss : {"squared", "absolute", "max", "log"}
     n : int, optional
         Number of records (public under bounded DP).  With method "exact" and the squared or
-        absolute loss, (w, u) are then optimised jointly (spec §9.1; see the report keys
+        absolute loss, (w, u) are then optimised jointly (docs/theory.md; see the report keys
         ``global_optimum``, ``convex_region`` and ``lower_bound``).
     **options : passed to :func:`solvers.design` (``memory_bytes``, ``tol``, ``progress``, ...).
 

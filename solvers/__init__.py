@@ -1,4 +1,4 @@
-"""dprivacy's numerical layer: choose (w, beta) for a workload under a metric (spec §3, §6, §9).
+"""dprivacy's numerical layer: choose (w, beta) for a workload under a metric (paper §4, App. B).
 
 numpy / scipy / cvxpy only; never imports dprivacy. Privacy condition of every Laplace design
 (Theorem 1): ``sum_k w_k beta_k |F_ki - F_kj| <= eps_ij`` for every constrained pair (i, j),
@@ -56,9 +56,9 @@ def design(F: object, constraints: ConstraintSet, method: str = "exact", loss: s
     ----------
     F : (m, N) array or scipy.sparse matrix of linear queries.
     constraints : the pairs (i, j, eps_ij) to satisfy (:class:`ConstraintSet`).
-    method : "closed_form" (m = 1, spec §3.8), "equal_split" / "uniform" (Strategies 1 / 2,
-        spec §6.2), "budget_sharing" (Algorithm 3, spec §6.3; ``max_rounds`` = its T, default 50),
-        "bcd" (spec §8.1, squared loss) or "exact" (convex program in u = w beta, spec §9.1).
+    method : "closed_form" (m = 1, paper §4.1), "equal_split" / "uniform" (Strategies 1 / 2,
+        paper §4.2), "budget_sharing" (Algorithm 3, paper §4.2; ``max_rounds`` = its T, default 50),
+        "bcd" (paper Appendix B, squared loss) or "exact" (convex program in u = w beta, docs/theory.md).
     loss : "squared", "absolute", "max" or "log" (objective of "exact" and the reported value).
     n : number of records; when given, the objective includes the bias term of Theorem 2 and
         "exact" solves the JOINT problem over (w, u) for the squared and absolute losses

@@ -1,4 +1,4 @@
-"""Single-query closed form of paper §4.1 (spec §3.8).
+"""Single-query closed form of paper §4.1 (paper §4.1).
 
 Privacy condition: ``beta |f_i - f_j| <= eps_ij`` for all constrained pairs, so the best w = 1
 design is ``beta* = 1 / max_ij |f_i - f_j| / eps_ij`` -- the inverse Lipschitz constant of f

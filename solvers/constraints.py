@@ -1,4 +1,4 @@
-"""Pair constraint sets and the blocked scan over them (spec §3.3, §9.2, §9.3).
+"""Pair constraint sets and the blocked scan over them (problem (4); docs/theory.md).
 
 Privacy condition (Theorem 1): ``sum_k u_k |F_ki - F_kj| <= eps_ij`` for every constrained pair.
 A pair with ``eps_ij = +inf`` imposes nothing; ``eps_ij = 0`` forces ``F[:, i] == F[:, j]``.
@@ -7,7 +7,7 @@ Three shapes of constraint set share one interface:
 
 * ``dense``: all pairs i < j of an (N, N) budget matrix;
 * ``oracle``: all pairs, but the budget rows are computed on demand (N too large to store);
-* ``edges``: the edges of a graph whose shortest-path metric is d_X; by spec §9.2 the edge
+* ``edges``: the edges of a graph whose shortest-path metric is d_X; by docs/theory.md the edge
   constraints imply all pair constraints, because the realised loss is a pseudometric.
 
 Scans never build an N x N x m array. How "the maximum ratio over all pairs" is answered is a

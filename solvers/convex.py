@@ -1,4 +1,4 @@
-"""Exact design: the convex program in u = w * beta solved by constraint generation (spec §9.1).
+"""Exact design: the convex program in u = w * beta solved by constraint generation (docs/theory.md).
 
 Privacy condition (Theorem 1): ``sum_k u_k |F_ki - F_kj| <= eps_ij`` for every constrained pair
 -- linear in u, so problem (6) at w = 1 is convex for every loss:
@@ -32,7 +32,7 @@ CLARABEL_OPTS = {"tol_gap_abs": 1e-9, "tol_gap_rel": 1e-9, "tol_feas": 1e-9, "ma
 
 
 def loss_objective(loss: str, c: np.ndarray) -> ObjectiveBuilder:
-    """The spec §9.1 objective for ``loss`` written in the scaled variable v = c * u (> 0)."""
+    """The objective for ``loss`` (docs/theory.md) written in the scaled variable v = c * u (> 0)."""
     cn = c / c.max()
     if loss == "squared":
         wts = cn**2 / np.sum(cn**2)
@@ -161,7 +161,7 @@ def start_pairs(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray,
 def exact(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray, bj: np.ndarray,
           loss: str, *, memory_bytes: int, tol: float, max_rounds: int | None,
           progress: bool) -> Draft:
-    """Exact w = 1 optimum of problem (6) for ``loss`` (spec §9.1) by constraint generation."""
+    """Exact w = 1 optimum of problem (6) for ``loss`` (docs/theory.md) by constraint generation."""
     act = c > 0
     if not act.any():
         return Draft(u=np.full(F.shape[0], np.inf), iterations=0,

@@ -1,8 +1,8 @@
-"""Exact design for a given n: the joint optimum of problem (6) over (w, u) (spec §3.7, §9.1).
+"""Exact design for a given n: the joint optimum of problem (6) over (w, u) (docs/theory.md).
 
 Privacy condition (Theorem 1): ``sum_k u_k |F_ki - F_kj| <= eps_ij`` for every constrained pair,
 ``u = w * beta``; w is post-processing, so for fixed u the best w is closed form and problem (6)
-reduces to one over u with LINEAR constraints (spec §9.1):
+reduces to one over u with LINEAR constraints (docs/theory.md):
 
     squared:  min sum_k h_k(u_k),  h_k = 2 a_k / (a_k u_k^2 + 2),   a_k = n^2 ||F_k||_inf^2,
               then w_k = a_k u_k^2 / (a_k u_k^2 + 2);
@@ -124,7 +124,7 @@ def joint(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray, bj: n
           progress: bool) -> Draft:
     """Joint optimum of problem (6) over (w, u) for n records (module docstring), warm started
     from the w = 1 exact optimum (feasible). Report keys: ``global_optimum`` (objective equals
-    the envelope lower bound), ``convex_region`` (every u_k where h_k is convex, spec §9.1),
+    the envelope lower bound), ``convex_region`` (every u_k where h_k is convex, docs/theory.md),
     ``convex_on_support`` (the same for u_k > 0), ``lower_bound`` (envelope optimum),
     ``shrinkage_objective`` (w = 1 optimum, then w*) and ``joint_objective``."""
     if loss not in CONVEX_FROM:
@@ -150,7 +150,7 @@ def joint(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray, bj: n
     lower = red.value(v, True)
     # h = envelope at the envelope optimum (every z_k = 0 or >= zt_k): it is the global optimum
     certified = red.value(v, False) <= lower * (1.0 + 1e-12)
-    notes = [f"joint (w, u) optimum for n = {n} via the convex envelope (spec §9.1)"]
+    notes = [f"joint (w, u) optimum for n = {n} via the convex envelope (docs/theory.md)"]
     shrink_obj = red.value(v1, False)
     cands = [(red.value(v, False), 0, v, status), (shrink_obj, 2, v1, d1.status)]
     if not certified:  # local solves on the true (non-convex) objective

