@@ -302,7 +302,8 @@ def plot(df, path: Path) -> None:  # noqa: ANN001
     axes[0].set_xlabel("N")
     axes[0].set_ylabel("dp.design seconds (pruned scans)")
     axes[0].grid(True, which="both", alpha=0.3)
-    axes[0].legend(fontsize=8)
+    if axes[0].get_legend_handles_labels()[0]:
+        axes[0].legend(fontsize=8)
     k = df[df.cell == "kernel"] if "pairs_per_second_per_core" in df else df[:0]
     if len(k):
         axes[1].bar(k.method, k.pairs_per_second / 1e6, color="#3a6ea5")
