@@ -53,7 +53,7 @@ def rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def full_ratio(U, M, F: np.ndarray, u: np.ndarray) -> float:  # noqa: ANN001
+def full_ratio(U, M, F: object, u: np.ndarray) -> float:  # noqa: ANN001
     """max ratio by a full scan over all pairs (the metric's budget oracle, no index)."""
     from solvers import ConstraintSet
 

@@ -15,11 +15,11 @@ import numpy as np
 from solvers.constraints import ConstraintSet
 from solvers.convex import ObjectiveBuilder, solve_u, start_pairs
 from solvers.errors import SolverError
-from solvers.operand import row_absmax
+from solvers.operand import QueryMatrix, row_absmax
 from solvers.verify import Draft, objective
 
 
-def shrinkage(u: np.ndarray, F: np.ndarray, n: float, loss: str) -> tuple[np.ndarray, str]:
+def shrinkage(u: np.ndarray, F: QueryMatrix, n: float, loss: str) -> tuple[np.ndarray, str]:
     """Best w for fixed u (docs/theory.md). squared: ``w_k = a_k u_k^2 / (a_k u_k^2 + 2)`` with
     ``a_k = n^2 ||F_k||_inf^2``; absolute: ``w_k = 1`` if ``1/u_k <= n ||F_k||_inf`` else 0.
     Other losses keep w = 1. Returns (w, note)."""
@@ -38,7 +38,7 @@ def shrinkage(u: np.ndarray, F: np.ndarray, n: float, loss: str) -> tuple[np.nda
     return np.ones_like(u), f"loss {loss!r}: w = 1 (shrinkage defined for squared/absolute)"
 
 
-def bcd(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray, bj: np.ndarray,
+def bcd(F: QueryMatrix, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray, bj: np.ndarray,
         n: float | None, loss: str, *, memory_bytes: int, tol: float, max_rounds: int | None,
         progress: bool, w0: np.ndarray | None = None) -> Draft:
     """Cyclic block coordinate descent on problem (6), squared loss (paper Appendix B):

@@ -24,7 +24,7 @@ import numpy as np
 from solvers.closed_form import inverse_or_inf
 from solvers.constraints import ConstraintSet
 from solvers.errors import SolverError
-from solvers.operand import rows, take
+from solvers.operand import QueryMatrix, rows, take
 from solvers.verify import Draft
 
 ObjectiveBuilder = Callable[[cp.Variable], cp.Minimize | cp.Maximize]
@@ -50,7 +50,7 @@ def loss_objective(loss: str, c: np.ndarray) -> ObjectiveBuilder:
 class WorkingSet:
     """Pairs handed to the solver, with their scaled constraint rows ``|F_ki - F_kj| / eps_ij``."""
 
-    def __init__(self, F: np.ndarray, cs: ConstraintSet) -> None:
+    def __init__(self, F: QueryMatrix, cs: ConstraintSet) -> None:
         self.F, self.cs, self.N = F, cs, cs.N
         self.keys: set[int] = set()
         self.rows: list[np.ndarray] = []
@@ -80,7 +80,7 @@ class WorkingSet:
         return len(self.keys)
 
 
-def solve_u(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, build: ObjectiveBuilder,
+def solve_u(F: QueryMatrix, cs: ConstraintSet, c: np.ndarray, build: ObjectiveBuilder,
             init: list[tuple[np.ndarray, np.ndarray]], *, memory_bytes: int, tol: float = 1e-9,
             max_rounds: int | None = None, add_k: int | None = None, progress: bool = False,
             ws: WorkingSet | None = None) -> tuple[np.ndarray, Draft, WorkingSet | None]:
@@ -146,7 +146,7 @@ def _bar(progress: bool, total: int):  # noqa: ANN202
     return tqdm(total=total, desc="constraint generation", leave=False)
 
 
-def start_pairs(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray,
+def start_pairs(F: QueryMatrix, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray,
                 bj: np.ndarray, memory_bytes: int, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """Pairs tight for the heuristics: each row's closed-form arg-max (Strategy 1), and the
     k largest ratios of the uniform (Strategy 2) and equal-split designs."""
@@ -158,7 +158,7 @@ def start_pairs(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray,
     return init
 
 
-def exact(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray, bj: np.ndarray,
+def exact(F: QueryMatrix, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray, bj: np.ndarray,
           loss: str, *, memory_bytes: int, tol: float, max_rounds: int | None,
           progress: bool) -> Draft:
     """Exact w = 1 optimum of problem (6) for ``loss`` (docs/theory.md) by constraint generation."""

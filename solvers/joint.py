@@ -36,7 +36,7 @@ from solvers.bcd import shrinkage
 from solvers.constraints import ConstraintSet
 from solvers.convex import WorkingSet, loss_objective, solve_u, start_pairs
 from solvers.errors import SolverError
-from solvers.operand import row_absmax
+from solvers.operand import QueryMatrix, row_absmax
 from solvers.verify import Draft
 
 CONVEX_FROM = {"squared": 1.0 / np.sqrt(3.0), "absolute": 0.5}  # h_k convex for z >= this
@@ -97,7 +97,7 @@ def _slsqp(red: Reduced, B: np.ndarray, v0: np.ndarray, envelope: bool,
     return v
 
 
-def _generate(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, act: np.ndarray, ws: WorkingSet,
+def _generate(F: QueryMatrix, cs: ConstraintSet, c: np.ndarray, act: np.ndarray, ws: WorkingSet,
               red: Reduced, v0: np.ndarray, envelope: bool, *, memory_bytes: int, tol: float,
               max_rounds: int, add_k: int, bounds: tuple[np.ndarray, np.ndarray] | None = None
               ) -> tuple[np.ndarray, int, str, float]:
@@ -119,7 +119,7 @@ def _generate(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, act: np.ndarray, 
     return v, rnd, status, float(ratio)
 
 
-def joint(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray, bj: np.ndarray,
+def joint(F: QueryMatrix, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray, bj: np.ndarray,
           n: float, loss: str, *, memory_bytes: int, tol: float, max_rounds: int | None,
           progress: bool) -> Draft:
     """Joint optimum of problem (6) over (w, u) for n records (module docstring), warm started

@@ -112,8 +112,8 @@ def scan_part(cs: ConstraintSet, F: np.ndarray | sp.csc_array, u: np.ndarray | N
                     np.arange(flat.size)
                 if idx.size > k:
                     idx = idx[np.argpartition(flat[idx], idx.size - k)[-k:]]
-                pi, pj = _pairs_at(I, J, eps.shape, idx)
-                top.add(pi, pj, flat[idx])
+                qi, qj = _pairs_at(I, J, eps.shape, idx)
+                top.add(qi, qj, flat[idx])
     return PartResult(best, worst, top.result(), c, ci, cj, n)
 
 
@@ -227,7 +227,7 @@ def l1_diameter(F: np.ndarray | sp.spmatrix | sp.sparray, *, max_signs: int = 2*
     >>> float(l1_diameter(np.array([[0.0, 1.0, 3.0], [2.0, 0.0, 0.0]])))
     5.0
     """
-    m, N = F.shape
+    m, N = F.shape  # type: ignore[union-attr]  # stubs: sparray lacks shape
     if N < 2:
         return 0.0
     if m == 1 or 2 ** (m - 1) <= max_signs:

@@ -7,7 +7,7 @@ the scans check (Theorem 1): ``sum_k u_k |F_ki - F_kj| <= eps_ij``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, TypeAlias, cast
 
 import numpy as np
 import scipy.sparse as sp
@@ -17,7 +17,8 @@ from solvers.errors import SolverError
 if TYPE_CHECKING:
     from scipy.sparse._base import _spbase
 
-Operand = "np.ndarray | sp.csc_array"
+#: The query matrix as solvers take it: dense (m, N) or CSC.
+QueryMatrix: TypeAlias = "np.ndarray | sp.csc_array"
 #: Sparse workloads with at most this many cells are densified (cheaper to scan dense).
 DENSIFY_CELLS = 2**22
 
@@ -37,7 +38,7 @@ def as_operand(F: object, N: int | None = None, *, densify_cells: int = DENSIFY_
         if S.ndim != 2:
             raise SolverError(f"F must be 2-D (m, N), got shape {S.shape}")
         if S.shape[0] * S.shape[1] > densify_cells:
-            C = sp.csc_array(S, dtype=float)  # type: ignore[call-overload]
+            C = sp.csc_array(S, dtype=float)
             _check_shape(C.shape, N)
             if not np.isfinite(C.data).all():
                 raise SolverError("F contains NaN or infinite entries")

@@ -117,7 +117,7 @@ class GeometricIndex:
                 e = np.zeros(0, np.int64)
                 self._nn = (e, e)
             else:
-                _, nb = cKDTree(self.points).query(self.points, k=kk)
+                nb = np.asarray(cKDTree(self.points).query(self.points, k=kk)[1])
                 i = np.repeat(np.arange(N), kk - 1)
                 j = nb[:, 1:].ravel().astype(np.int64)
                 ok = (j < N) & (i != j)
@@ -367,7 +367,7 @@ def pruned_row_lipschitz(index: GeometricIndex, F: np.ndarray | sp.csc_array, pa
 
     def keep_fn(lev: int, a: np.ndarray, b: np.ndarray, D: np.ndarray) -> np.ndarray:
         ub = safe_ratio(D, index.tree.box_lower(lev, a, b, index)[None, :])
-        return (ub * _UB_SLACK > c[:, None]).any(axis=0)
+        return np.asarray((ub * _UB_SLACK > c[:, None]).any(axis=0))
 
     visited = _traverse(index, F, keep_fn, leaf_fn)
     logger.debug("pruned row Lipschitz: N=%d m=%d, %d node pairs, %d pairs exact, %.3f s",
@@ -384,7 +384,7 @@ def min_positive_eps(index: GeometricIndex, pair_eps: PairEps) -> float:
     if uniq.shape[0] < 2:
         return float("inf")
     tree = cKDTree(uniq)
-    _, nb = tree.query(uniq, k=2)
+    nb = np.asarray(tree.query(uniq, k=2)[1])
     i, j = first, first[nb[:, 1]]
     e = pair_eps(np.minimum(i, j), np.maximum(i, j))
     e = e[(e > 0) & (e < np.inf)]

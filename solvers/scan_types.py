@@ -135,8 +135,8 @@ class TopK:
         if first.size < key.size:
             self.i, self.j, self.r = self.i[first], self.j[first], self.r[first]
         if self.r.size > self.k:
-            keep = np.argpartition(self.r, self.r.size - self.k)[-self.k:]
-            self.i, self.j, self.r = self.i[keep], self.j[keep], self.r[keep]
+            top = np.argpartition(self.r, self.r.size - self.k)[-self.k:]
+            self.i, self.j, self.r = self.i[top], self.j[top], self.r[top]
 
     def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         self._trim()

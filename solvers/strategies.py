@@ -13,13 +13,13 @@ import numpy as np
 
 from solvers.closed_form import inverse_or_inf
 from solvers.constraints import Block, ConstraintSet
-from solvers.operand import rows
+from solvers.operand import QueryMatrix, rows
 from solvers.verify import Draft
 
 BlockSource = Callable[[], Iterable[Block]]
 
 
-def block_source(F: np.ndarray, cs: ConstraintSet, memory_bytes: int
+def block_source(F: QueryMatrix, cs: ConstraintSet, memory_bytes: int
                  ) -> tuple[BlockSource, bool]:
     """A re-iterable source of pair blocks: materialised once if all blocks fit in a quarter of
     the memory budget (repeated passes then skip recomputing |F_ki - F_kj|), else streamed.
@@ -32,7 +32,7 @@ def block_source(F: np.ndarray, cs: ConstraintSet, memory_bytes: int
     return (lambda: cs.blocks(F, memory_bytes)), False
 
 
-def equal_split(F: np.ndarray, cs: ConstraintSet, c: np.ndarray) -> Draft:
+def equal_split(F: QueryMatrix, cs: ConstraintSet, c: np.ndarray) -> Draft:
     """Strategy 1: ``beta_k = (1/m') min_ij eps_ij / |F_ki - F_kj| = 1 / (m' c_k)`` over the m'
     queries that need noise. Feasible: each query spends at most eps_ij / m' on every pair."""
     act = c > 0
@@ -41,7 +41,7 @@ def equal_split(F: np.ndarray, cs: ConstraintSet, c: np.ndarray) -> Draft:
                  notes=[f"budget split equally over {m_act} noisy queries"])
 
 
-def uniform(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, memory_bytes: int) -> Draft:
+def uniform(F: QueryMatrix, cs: ConstraintSet, c: np.ndarray, memory_bytes: int) -> Draft:
     """Strategy 2: one precision for all, ``beta_k = min_ij eps_ij / Delta_ij F``."""
     act = c > 0
     if not act.any():
@@ -51,7 +51,7 @@ def uniform(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, memory_bytes: int) 
     return Draft(u=u, n_used=cs.n_constraints, extra={"tight_pair": sc.worst})
 
 
-def budget_sharing(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, memory_bytes: int,
+def budget_sharing(F: QueryMatrix, cs: ConstraintSet, c: np.ndarray, memory_bytes: int,
                    T: int = 50) -> Draft:
     """Algorithm 3 (Strategy 3), exactly as Algorithm 3 reads, with remaining budget
     ``eps~ = eps - sum_k beta_k |F_ki - F_kj|`` (beta accumulated so far). Per round t:

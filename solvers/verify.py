@@ -15,7 +15,7 @@ import numpy as np
 
 from solvers.constraints import ConstraintSet
 from solvers.errors import InfeasibleError
-from solvers.operand import row_absmax
+from solvers.operand import QueryMatrix, row_absmax
 from solvers.result import SolverResult
 
 RATIO_TOL = 1e-12  # a returned design satisfies max ratio <= 1 + RATIO_TOL
@@ -35,7 +35,7 @@ class Draft:
     extra: dict = field(default_factory=dict)
 
 
-def objective(loss: str, w: np.ndarray, beta: np.ndarray, F: np.ndarray,
+def objective(loss: str, w: np.ndarray, beta: np.ndarray, F: QueryMatrix,
               n: float | None = None) -> float:
     """Value of the loss surrogate g(w, beta) of problem (6) / Theorem 2.
 
@@ -76,7 +76,7 @@ def _split(u: np.ndarray, w0: np.ndarray | None) -> tuple[np.ndarray, np.ndarray
     return w, beta, u_eff
 
 
-def finalize(F: np.ndarray, cs: ConstraintSet, draft: Draft, *, method: str, loss: str,
+def finalize(F: QueryMatrix, cs: ConstraintSet, draft: Draft, *, method: str, loss: str,
              n: float | None, t0: float, memory_bytes: int, agg: str = "sum",
              multiplier: float = 1.0, objective_value: float | None = None) -> SolverResult:
     """Verify the draft by a scan of ``multiplier * u`` over ALL pairs (2T for MWEM), scale back
