@@ -15,7 +15,6 @@ from typing import Any, cast
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.spatial.distance import cdist
 
 from dprivacy.errors import ShapeError, ValidationError
 from dprivacy.fingerprints import Hasher, matrix_bytes
@@ -179,17 +178,14 @@ class Workload:
     def sensitivity(self, memory_bytes: int = 2**28) -> float:
         """Global sensitivity Delta F = max_{i,j} sum_k |F_ki - F_kj| (bounded neighbours).
 
-        Exact, by a blocked scan over column pairs (never an N x N x m array).
+        Exact, never densifying a sparse F: for m <= 12 through the l1 norm's sign vectors
+        (O(N 2^(m-1)), :func:`solvers.kernel_scan.l1_diameter`), else a blocked scan over
+        column pairs (never an N x N x m array).  Computed once per workload (cached; a sparse
+        F is re-checked by its entries' checksum).
         """
         if self.m == 1:
             return float(self.ranges()[0])
-        cols = self.dense().T  # (N, m)
-        n = cols.shape[0]
-        rows = max(1, int(memory_bytes // (8 * max(n, 1) * 2)))
-        best = 0.0
-        for s in range(0, n, rows):
-            best = max(best, float(cdist(cols[s:s + rows], cols, "cityblock").max()))
-        return best
+        return _cached_sensitivity(self, memory_bytes)
 
     def fingerprint(self) -> str:
         """sha256 of F's shape and values (canonical CSR bytes: the same for a dense and a sparse
@@ -293,6 +289,22 @@ class Workload:
             v = np.broadcast_to(np.asarray(v, dtype=float), (universe.N,))
             rows.append(v)
         return cls(np.array(rows), tuple(str(n) for n, _ in items))
+
+
+def _cached_sensitivity(workload: Workload, memory_bytes: int) -> float:
+    """Delta F of ``workload``, memoised on the object (dense F is read-only; a sparse F is
+    keyed by its shape, nnz and the sums of its entries and indices)."""
+    from solvers.kernel_scan import l1_diameter
+
+    F = workload.F
+    key: tuple = ("dense",)
+    if sp.issparse(F):
+        key = (F.shape, int(F.nnz), float(np.sum(F.data)), int(np.sum(F.indices)))
+    cache = workload.__dict__.setdefault("_sensitivity_cache", {})
+    if key not in cache:
+        cache.clear()
+        cache[key] = l1_diameter(F, memory_bytes=memory_bytes)
+    return float(cache[key])
 
 
 def _check_mn(m: int, N: int) -> None:  # noqa: N803

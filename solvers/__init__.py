@@ -1,4 +1,4 @@
-"""dprivacy's numerical layer: choose (w, beta) for a workload under a metric (spec §3, §6, §9).
+"""dprivacy's numerical layer: choose (w, beta) for a workload under a metric (paper §4, App. B).
 
 numpy / scipy / cvxpy only; never imports dprivacy. Privacy condition of every Laplace design
 (Theorem 1): ``sum_k w_k beta_k |F_ki - F_kj| <= eps_ij`` for every constrained pair (i, j),
@@ -17,6 +17,7 @@ Examples
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -24,14 +25,17 @@ import numpy as np
 
 from solvers.bcd import bcd, shrinkage
 from solvers.closed_form import closed_form
-from solvers.constraints import ConstraintSet, ScanResult, as_query_matrix
+from solvers.constraints import ConstraintSet, ScanResult, as_query_matrix  # noqa: F401 (public)
 from solvers.convex import exact
 from solvers.errors import InfeasibleError, SolverError
 from solvers.joint import joint
+from solvers.operand import as_operand
 from solvers.result import SolverResult
 from solvers.strategies import budget_sharing, equal_split, uniform
 from solvers.synthetic import mwem_params, smalldb_params
 from solvers.verify import finalize, objective
+
+logger = logging.getLogger(__name__)
 
 METHODS = ("closed_form", "equal_split", "uniform", "budget_sharing", "bcd", "exact")
 LOSSES = ("squared", "absolute", "max", "log")
@@ -44,16 +48,17 @@ __all__ = [
 
 def design(F: object, constraints: ConstraintSet, method: str = "exact", loss: str = "squared",
            n: float | None = None, *, memory_bytes: int = 2**30, tol: float = 1e-9,
-           max_rounds: int | None = None, progress: bool = False) -> SolverResult:
+           max_rounds: int | None = None, progress: bool = False,
+           engine: object | None = None) -> SolverResult:
     """Choose (w, beta) for the workload F (m, N) under the pair constraints (problem (6)).
 
     Parameters
     ----------
     F : (m, N) array or scipy.sparse matrix of linear queries.
     constraints : the pairs (i, j, eps_ij) to satisfy (:class:`ConstraintSet`).
-    method : "closed_form" (m = 1, spec §3.8), "equal_split" / "uniform" (Strategies 1 / 2,
-        spec §6.2), "budget_sharing" (Algorithm 3, spec §6.3; ``max_rounds`` = its T, default 50),
-        "bcd" (spec §8.1, squared loss) or "exact" (convex program in u = w beta, spec §9.1).
+    method : "closed_form" (m = 1, paper §4.1), "equal_split" / "uniform" (Strategies 1 / 2,
+        paper §4.2), "budget_sharing" (Algorithm 3, paper §4.2; ``max_rounds`` = its T, default 50),
+        "bcd" (paper Appendix B, squared loss) or "exact" (convex program in u = w beta, docs/theory.md).
     loss : "squared", "absolute", "max" or "log" (objective of "exact" and the reported value).
     n : number of records; when given, the objective includes the bias term of Theorem 2 and
         "exact" solves the JOINT problem over (w, u) for the squared and absolute losses
@@ -62,10 +67,15 @@ def design(F: object, constraints: ConstraintSet, method: str = "exact", loss: s
         "max"/"log" "exact" keeps w = 1 (the paper's strategies and the closed form too).
     memory_bytes : work-array budget of the blocked scans. tol : max relative violation at
         which constraint generation stops. max_rounds : round limit (method specific).
+    engine : run full scans on it (:class:`solvers.distributed.LocalProcesses`,
+        :class:`solvers.distributed.DaskEngine`); scans with a geometric index stay local.
 
     Returns
     -------
-    SolverResult whose design satisfies every constraint (report["max_ratio"] <= 1 + 1e-12).
+    SolverResult whose design satisfies every constraint (report["max_ratio"] <= 1 + 1e-12),
+    with ``report["passes"]`` (scans over all pairs this call made: total, full, pruned, pairs
+    evaluated exactly, per purpose) and ``report["certificate"]`` (the final scan's outcome for
+    the returned u).
 
     Privacy condition: ``sum_k w_k beta_k |F_ki - F_kj| <= eps_ij`` for all constrained pairs.
     """
@@ -78,7 +88,10 @@ def design(F: object, constraints: ConstraintSet, method: str = "exact", loss: s
         raise SolverError(f"constraints must be a ConstraintSet, got {type(constraints).__name__}")
     if n is not None and (not np.isfinite(n) or n <= 0):
         raise SolverError(f"n must be a positive number of records, got {n}")
-    A = as_query_matrix(F, constraints.N)
+    A = as_operand(F, constraints.N)
+    if engine is not None:
+        constraints = constraints.with_engine(engine)
+    before = constraints.stats.snapshot()
     c, bi, bj = constraints.check_feasible(A, memory_bytes=memory_bytes)
     kw: dict[str, Any] = dict(memory_bytes=memory_bytes)
     if method == "closed_form":
@@ -102,4 +115,8 @@ def design(F: object, constraints: ConstraintSet, method: str = "exact", loss: s
             w, note = shrinkage(draft.u, A, n, loss)
             draft.w = w
             draft.notes.append(note)
-    return finalize(A, constraints, draft, method=method, loss=loss, n=n, t0=t0, **kw)
+    res = finalize(A, constraints, draft, method=method, loss=loss, n=n, t0=t0, **kw)
+    res.report["passes"] = constraints.stats.since(before)
+    logger.info("design %s/%s: N=%d m=%d, %s", method, loss, constraints.N, A.shape[0],
+                res.report["passes"])
+    return res

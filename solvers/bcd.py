@@ -1,5 +1,5 @@
-"""Optimal shrinkage w for a given u (spec §9.1) and block coordinate descent on (w, beta)
-(paper Appendix B, spec §8.1).
+"""Optimal shrinkage w for a given u (docs/theory.md) and block coordinate descent on (w, beta)
+(paper Appendix B).
 
 Privacy condition (Theorem 1): ``sum_k w_k beta_k |F_ki - F_kj| <= eps_ij``; it depends on
 ``u = w * beta`` only, so w is post-processing: for fixed u any w keeps the design private.
@@ -15,21 +15,22 @@ import numpy as np
 from solvers.constraints import ConstraintSet
 from solvers.convex import ObjectiveBuilder, solve_u, start_pairs
 from solvers.errors import SolverError
+from solvers.operand import QueryMatrix, row_absmax
 from solvers.verify import Draft, objective
 
 
-def shrinkage(u: np.ndarray, F: np.ndarray, n: float, loss: str) -> tuple[np.ndarray, str]:
-    """Best w for fixed u (spec §9.1). squared: ``w_k = a_k u_k^2 / (a_k u_k^2 + 2)`` with
+def shrinkage(u: np.ndarray, F: QueryMatrix, n: float, loss: str) -> tuple[np.ndarray, str]:
+    """Best w for fixed u (docs/theory.md). squared: ``w_k = a_k u_k^2 / (a_k u_k^2 + 2)`` with
     ``a_k = n^2 ||F_k||_inf^2``; absolute: ``w_k = 1`` if ``1/u_k <= n ||F_k||_inf`` else 0.
     Other losses keep w = 1. Returns (w, note)."""
     u = np.asarray(u, float)
-    fmax = np.abs(F).max(axis=1)
+    fmax = row_absmax(F)
     if loss == "squared":
         a = (float(n) * fmax) ** 2
         with np.errstate(invalid="ignore", over="ignore"):
             au2 = a * u**2
             w = np.where(np.isinf(au2), 1.0, au2 / (au2 + 2.0))
-        return np.where(np.isinf(u), 1.0, w), f"optimal shrinkage w for n = {n} (spec §9.1)"
+        return np.where(np.isinf(u), 1.0, w), f"optimal shrinkage w for n = {n} (docs/theory.md)"
     if loss == "absolute":
         with np.errstate(divide="ignore"):
             scale = np.where(np.isinf(u), 0.0, 1.0 / u)
@@ -37,10 +38,10 @@ def shrinkage(u: np.ndarray, F: np.ndarray, n: float, loss: str) -> tuple[np.nda
     return np.ones_like(u), f"loss {loss!r}: w = 1 (shrinkage defined for squared/absolute)"
 
 
-def bcd(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray, bj: np.ndarray,
+def bcd(F: QueryMatrix, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray, bj: np.ndarray,
         n: float | None, loss: str, *, memory_bytes: int, tol: float, max_rounds: int | None,
         progress: bool, w0: np.ndarray | None = None) -> Draft:
-    """Cyclic block coordinate descent on problem (6), squared loss (spec §8.1):
+    """Cyclic block coordinate descent on problem (6), squared loss (paper Appendix B):
 
     (ii) w fixed: ``min 2 sum_k beta_k^-2`` s.t. ``sum_k beta_k (w_k |F_ki - F_kj|) <= eps_ij``;
     (i)  beta fixed: ``min n^2 sum_k (1 - w_k)^2 ||F_k||_inf^2`` s.t. the same constraints, w >= 0.
@@ -53,7 +54,7 @@ def bcd(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray, bj: np.
     Without n the bias term vanishes, w = 1 is optimal and one beta-block is solved.
     """
     if loss != "squared":
-        raise SolverError(f"method 'bcd' implements the squared loss of spec §8.1, not {loss!r}")
+        raise SolverError(f"method 'bcd' implements the squared loss of paper Appendix B, not {loss!r}")
     m = F.shape[0]
     act = c > 0
     if not act.any():
@@ -61,7 +62,7 @@ def bcd(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray, bj: np.
     ca = c[act]
     k = max(20, 4 * int(act.sum()))
     init = start_pairs(F, cs, c, bi, bj, memory_bytes, k)
-    fmax = np.abs(F).max(axis=1)
+    fmax = row_absmax(F)
     kw: dict[str, Any] = dict(memory_bytes=memory_bytes, tol=tol, add_k=k)
     if n is None:
         w = np.ones(m)

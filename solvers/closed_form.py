@@ -1,4 +1,4 @@
-"""Single-query closed form of paper §4.1 (spec §3.8).
+"""Single-query closed form of paper §4.1 (paper §4.1).
 
 Privacy condition: ``beta |f_i - f_j| <= eps_ij`` for all constrained pairs, so the best w = 1
 design is ``beta* = 1 / max_ij |f_i - f_j| / eps_ij`` -- the inverse Lipschitz constant of f
@@ -11,6 +11,7 @@ import numpy as np
 
 from solvers.constraints import ConstraintSet
 from solvers.errors import SolverError
+from solvers.operand import QueryMatrix
 from solvers.verify import Draft
 
 
@@ -21,7 +22,7 @@ def inverse_or_inf(c: np.ndarray) -> np.ndarray:
         return np.where(c > 0, 1.0 / np.where(c > 0, c, 1.0), np.inf)
 
 
-def closed_form(F: np.ndarray, cs: ConstraintSet, c: np.ndarray) -> Draft:
+def closed_form(F: QueryMatrix, cs: ConstraintSet, c: np.ndarray) -> Draft:
     """Spec §3.8: ``w* = 1``, ``beta* = 1 / c`` with ``c = max_ij |f_i - f_j| / eps_ij``.
 
     ``c`` are the row Lipschitz constants (from :meth:`ConstraintSet.check_feasible`).

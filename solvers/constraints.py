@@ -1,4 +1,4 @@
-"""Pair constraint sets and the blocked scan over them (spec §3.3, §9.2, §9.3).
+"""Pair constraint sets and the blocked scan over them (problem (4); docs/theory.md).
 
 Privacy condition (Theorem 1): ``sum_k u_k |F_ki - F_kj| <= eps_ij`` for every constrained pair.
 A pair with ``eps_ij = +inf`` imposes nothing; ``eps_ij = 0`` forces ``F[:, i] == F[:, j]``.
@@ -7,140 +7,64 @@ Three shapes of constraint set share one interface:
 
 * ``dense``: all pairs i < j of an (N, N) budget matrix;
 * ``oracle``: all pairs, but the budget rows are computed on demand (N too large to store);
-* ``edges``: the edges of a graph whose shortest-path metric is d_X; by spec §9.2 the edge
+* ``edges``: the edges of a graph whose shortest-path metric is d_X; by docs/theory.md the edge
   constraints imply all pair constraints, because the realised loss is a pseudometric.
 
-Scans never build an N x N x m array: rows are processed in blocks sized to ``memory_bytes``.
+Scans never build an N x N x m array. How "the maximum ratio over all pairs" is answered is a
+strategy behind :meth:`ConstraintSet.scan` and :meth:`ConstraintSet.row_lipschitz`, chosen by what
+the set offers: an exact branch and bound when a :class:`GeometricIndex` is attached
+(:mod:`solvers.pruned`, the bound is proved there), else the distance-kernel full scan of
+:mod:`solvers.kernel_scan`, serially or on an engine (local processes, Dask;
+:mod:`solvers.distributed`). Every scan is counted in :attr:`ConstraintSet.stats`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import scipy.sparse as sp
 
+from solvers import kernel_scan, pruned
 from solvers.errors import InfeasibleError, SolverError
+from solvers.operand import as_operand, take
+from solvers.pruned import GeometricIndex
+from solvers.scan_types import Block, ScanResult, ScanStats, TopK, given, safe_ratio
 
 if TYPE_CHECKING:
     from scipy.sparse._base import _spbase  # public sp.sparray / sp.spmatrix lack toarray in the stubs
 
-_CACHE_CELLS = 2**19  # cap on pair cells per block: keeps temporaries cache friendly
-_T = TypeVar("_T")
-
-
-def _given(value: _T | None) -> _T:
-    assert value is not None  # an attribute that the constructor of this kind of set always fills in
-    return value
+__all__ = ["Block", "ConstraintSet", "GeometricIndex", "ScanResult", "as_query_matrix",
+           "safe_ratio"]
+_given = given
+_TopK = TopK
+#: With a geometric index, scans are pruned from this many elements on (full scans are as fast
+#: below it); a GeometricIndex may set its own ``min_n``.
+PRUNE_MIN_N = 4000
 
 
 def as_query_matrix(F: object, N: int | None = None) -> np.ndarray:
-    """Return F as a dense finite float (m, N) array (scipy.sparse is densified), or raise."""
+    """Return F as a dense finite float (m, N) array (scipy.sparse is densified), or raise.
+    The scans take F sparse as well (:func:`solvers.operand.as_operand`)."""
     if sp.issparse(F):
         F = cast("_spbase", F).toarray()
-    try:
-        A = np.asarray(F, dtype=float)
-    except (TypeError, ValueError) as exc:
-        raise SolverError(f"F must be a numeric (m, N) array: {exc}") from exc
-    if A.ndim == 1:
-        A = A[None, :]
-    if A.ndim != 2:
-        raise SolverError(f"F must be 2-D (m, N), got shape {A.shape}")
-    if N is not None and A.shape[1] != N:
-        raise SolverError(f"F has {A.shape[1]} columns but the constraint set has N = {N}")
-    if A.shape[0] == 0:
-        raise SolverError("F has no rows (m = 0)")
-    if not np.isfinite(A).all():
-        raise SolverError("F contains NaN or infinite entries")
+    A = as_operand(F, N)
+    assert isinstance(A, np.ndarray)
     return A
 
 
-@dataclass(frozen=True)
-class Block:
-    """A block of constrained pairs: budgets ``eps`` (any shape S; +inf = no constraint) and the
-    absolute column differences ``ad`` of shape (m,) + S. ``pairs(flat)`` maps flat positions of
-    S back to global (i, j) with i < j."""
-
-    eps: np.ndarray
-    ad: np.ndarray
-    r0: int
-    ncols: int
-    I: np.ndarray | None = None  # noqa: E741 (edge blocks only)
-    J: np.ndarray | None = None
-
-    def pairs(self, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        flat = np.asarray(flat, dtype=np.int64)
-        if self.I is not None:
-            return self.I[flat], _given(self.J)[flat]
-        return self.r0 + flat // self.ncols, self.r0 + flat % self.ncols
-
-
-def safe_ratio(num: np.ndarray, eps: np.ndarray) -> np.ndarray:
-    """``num / eps`` with 0/x = 0 (also 0/0 and 0/inf), x/0 = inf and x/inf = 0 (spec §9.3)."""
-    out = np.zeros(np.broadcast_shapes(num.shape, eps.shape))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        np.divide(num, eps, out=out, where=(num > 0) & (eps < np.inf))
-    return out
-
-
-@dataclass(frozen=True)
-class ScanResult:
-    """Outcome of a full blocked scan of the realised loss ratios.
-
-    ``max_ratio`` = max over all constrained pairs of ``loss_ij / eps_ij`` (0 if there are none),
-    ``worst`` its pair, ``top`` = (i, j, ratio) arrays of the k largest ratios (descending),
-    ``n_pairs`` the number of constrained (finite-budget) pairs seen."""
-
-    max_ratio: float
-    worst: tuple[int, int] | None
-    top: tuple[np.ndarray, np.ndarray, np.ndarray]
-    n_pairs: int
-
-
-class _TopK:
-    """Running k largest values over blocks."""
-
-    def __init__(self, k: int) -> None:
-        self.k = k
-        self.i = np.empty(0, np.int64)
-        self.j = np.empty(0, np.int64)
-        self.r = np.empty(0)
-
-    def add(self, block: Block, flat_vals: np.ndarray) -> None:
-        if self.k <= 0 or flat_vals.size == 0:
-            return
-        if flat_vals.size > self.k:
-            idx = np.argpartition(flat_vals, flat_vals.size - self.k)[-self.k :]
-        else:
-            idx = np.arange(flat_vals.size)
-        bi, bj = block.pairs(idx)
-        self.i = np.concatenate([self.i, bi])
-        self.j = np.concatenate([self.j, bj])
-        self.r = np.concatenate([self.r, flat_vals[idx]])
-        if self.r.size > 4 * self.k:
-            self._trim()
-
-    def _trim(self) -> None:
-        if self.r.size > self.k:
-            keep = np.argpartition(self.r, self.r.size - self.k)[-self.k :]
-            self.i, self.j, self.r = self.i[keep], self.j[keep], self.r[keep]
-
-    def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        self._trim()
-        keep = self.r >= 0
-        self.i, self.j, self.r = self.i[keep], self.j[keep], self.r[keep]
-        order = np.argsort(-self.r, kind="stable")
-        return self.i[order], self.j[order], self.r[order]
+_SLOTS = ("_eps", "_I", "_J", "_E", "_keys", "_block", "_pair", "_n", "_index", "_engine",
+          "_stats")
 
 
 class ConstraintSet:
     """Immutable set of pairs (i, j, eps_ij), i < j, that must satisfy
     ``sum_k u_k |F_ki - F_kj| <= eps_ij`` (Theorem 1). Build with :meth:`dense`, :meth:`edges`
-    or :meth:`oracle`."""
+    or :meth:`oracle`; attach a spatial index with :meth:`with_index` (exact pruned scans) or an
+    engine with :meth:`with_engine` (parallel full scans)."""
 
-    __slots__ = ("N", "kind", "_eps", "_I", "_J", "_E", "_keys", "_block", "_n")
+    __slots__ = ("N", "kind") + _SLOTS
 
     N: int  # set via object.__setattr__; dense fills _eps, edges _I/_J/_E/_keys, oracle _block
     kind: str
@@ -150,20 +74,36 @@ class ConstraintSet:
     _E: np.ndarray | None
     _keys: np.ndarray | None
     _block: Callable[[np.ndarray], np.ndarray] | None
+    _pair: Callable[[np.ndarray, np.ndarray], np.ndarray] | None
     _n: int | None
+    _index: GeometricIndex | None
+    _engine: Any
+    _stats: ScanStats
 
     def __init__(self, N: int, kind: str) -> None:
         object.__setattr__(self, "N", int(N))
         object.__setattr__(self, "kind", kind)
-        for name in ("_eps", "_I", "_J", "_E", "_keys", "_block", "_n"):
+        for name in _SLOTS:
             object.__setattr__(self, name, None)
+        object.__setattr__(self, "_stats", ScanStats())
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("ConstraintSet is immutable")
 
+    def __getstate__(self) -> dict[str, object]:  # engines pickle the set (not its counter)
+        return {k: getattr(self, k) for k in ("N", "kind") + _SLOTS if k not in ("_stats", "_engine")}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        for k in _SLOTS:
+            object.__setattr__(self, k, None)
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
+        object.__setattr__(self, "_stats", ScanStats())
+
     def __repr__(self) -> str:
         n = self._n if self._n is not None else "?"
-        return f"ConstraintSet(kind={self.kind!r}, N={self.N}, n_constraints={n})"
+        extra = ", indexed" if self._index is not None else ""
+        return f"ConstraintSet(kind={self.kind!r}, N={self.N}, n_constraints={n}{extra})"
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -186,8 +126,9 @@ class ConstraintSet:
 
     @classmethod
     def edges(cls, i: np.ndarray, j: np.ndarray, eps: np.ndarray, N: int) -> ConstraintSet:
-        """Edge list of a graph whose shortest-path metric is d_X (spec §9.2): enforcing the
-        edges enforces every pair. Duplicate edges keep the smallest budget; +inf edges drop."""
+        """Edge list of a graph whose shortest-path metric is d_X (paper §5; docs/theory.md):
+        enforcing the edges enforces every pair. Duplicate edges keep the smallest budget; +inf
+        edges drop."""
         i = np.asarray(i, dtype=np.int64).ravel()
         j = np.asarray(j, dtype=np.int64).ravel()
         e = np.asarray(eps, dtype=float).ravel()
@@ -217,45 +158,93 @@ class ConstraintSet:
         return cs
 
     @classmethod
-    def oracle(cls, N: int, block: Callable[[np.ndarray], np.ndarray]) -> ConstraintSet:
+    def oracle(cls, N: int, block: Callable[[np.ndarray], np.ndarray], *,
+               pair: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+               n_constraints: int | None = None) -> ConstraintSet:
         """All pairs of a budget too large to store: ``block(rows)`` returns ``eps[rows, :]``
-        as a (len(rows), N) array. The oracle must be symmetric (only j > i is read)."""
+        as a (len(rows), N) array. The oracle must be symmetric (only j > i is read).
+        ``pair(i, j)``, if given, returns ``eps_ij`` of given pairs (used for the few pairs the
+        solvers look up); ``n_constraints`` the number of finite pairs, if known (else counted
+        by a full pass on first use)."""
         if int(N) < 1:
             raise SolverError(f"N must be >= 1, got {N}")
         cs = cls(N, "oracle")
         object.__setattr__(cs, "_block", block)
+        object.__setattr__(cs, "_pair", pair)
+        if n_constraints is not None:
+            object.__setattr__(cs, "_n", int(n_constraints))
         return cs
 
+    def _copy(self, **changes: object) -> ConstraintSet:
+        cs = ConstraintSet(self.N, self.kind)
+        for k in _SLOTS:
+            object.__setattr__(cs, k, changes.get(k, getattr(self, k)))
+        object.__setattr__(cs, "_stats", self._stats)  # one counter for the whole family
+        return cs
+
+    def with_index(self, index: GeometricIndex | None) -> ConstraintSet:
+        """The same pairs with a geometric index: scans become exact branch and bound
+        (:mod:`solvers.pruned`). The index's bound (1) must hold for these budgets."""
+        if index is not None and index.N != self.N:
+            raise SolverError(f"index has {index.N} points, the constraint set N = {self.N}")
+        if index is not None and self.kind == "edges":
+            raise SolverError("a geometric index applies to all-pairs sets, not to edge sets")
+        n = self.N * (self.N - 1) // 2 if index is not None and index.all_finite else self._n
+        return self._copy(_index=index, _n=n)
+
+    def with_engine(self, engine: object | None) -> ConstraintSet:
+        """The same pairs with an engine for full scans (``engine.map(fn, args)``: e.g.
+        :class:`solvers.distributed.LocalProcesses` or :class:`solvers.distributed.DaskEngine`)."""
+        return self._copy(_engine=engine)
+
+    @property
+    def index(self) -> GeometricIndex | None:
+        return self._index
+
+    @property
+    def stats(self) -> ScanStats:
+        """Pass counter shared by this set and the sets derived from it (with_index, ...)."""
+        return self._stats
+
     # ------------------------------------------------------------------ blocks
-    def blocks(self, F: np.ndarray, memory_bytes: int = 2**30) -> Iterator[Block]:
-        """Yield every constrained pair once, in blocks of at most ~memory_bytes of work arrays."""
-        m = F.shape[0]
-        cells = max(1, min(int(memory_bytes) // (8 * (m + 6)), max(_CACHE_CELLS // m, 4096)))
+    def blocks(self, F: object, memory_bytes: int = 2**30) -> Iterator[Block]:
+        """Yield every constrained pair once, in blocks of at most ~memory_bytes of work arrays
+        (absolute differences as an (m, ...) array; used by Algorithm 3)."""
+        A = as_operand(F, self.N)
+        m = A.shape[0]
+        cells = max(1, min(int(memory_bytes) // (8 * (m + 6)), max(2**19 // m, 4096)))
         if self.kind == "edges":
-            I_all, J_all, E_all = _given(self._I), _given(self._J), _given(self._E)
+            I_all, J_all, E_all = self.edge_arrays()
             for s in range(0, I_all.size, cells):
                 I, J = I_all[s : s + cells], J_all[s : s + cells]  # noqa: E741
-                yield Block(E_all[s : s + cells], np.abs(F[:, I] - F[:, J]), 0, 0, I, J)
+                yield Block(E_all[s : s + cells], np.abs(take(A, I) - take(A, J)), 0, 0, I, J)
             return
         N = self.N
         r0 = 0
         while r0 < N - 1:
             ncols = N - r0
             r1 = min(N - 1, r0 + max(1, cells // ncols))
-            E = self._eps_rows(r0, r1)[:, r0:].copy()
+            E = self.eps_rows(r0, r1)[:, r0:].copy()
             E[np.tril_indices(r1 - r0, 0, ncols)] = np.inf
-            ad = np.abs(F[:, r0:r1, None] - F[:, None, r0:])
-            yield Block(E, ad, r0, ncols)
+            Fb = A[:, r0:] if isinstance(A, np.ndarray) else A[:, r0:].toarray()
+            yield Block(E, np.abs(Fb[:, : r1 - r0, None] - Fb[:, None, :]), r0, ncols)
             r0 = r1
 
-    def _eps_rows(self, r0: int, r1: int) -> np.ndarray:
+    def edge_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(I, J, eps) of an edge set."""
+        return given(self._I), given(self._J), given(self._E)
+
+    def eps_rows(self, r0: int, r1: int) -> np.ndarray:
+        """Budget rows ``eps[r0:r1, :]`` of a dense or oracle set."""
         if self.kind == "dense":
-            return _given(self._eps)[r0:r1]
-        E = np.asarray(_given(self._block)(np.arange(r0, r1)), dtype=float)
+            return given(self._eps)[r0:r1]
+        E = np.asarray(given(self._block)(np.arange(r0, r1)), dtype=float)
         if E.shape != (r1 - r0, self.N):
             raise SolverError(f"oracle block returned shape {E.shape}, expected {(r1 - r0, self.N)}")
         _check_budget(E[:, r0:], f"oracle eps rows {r0}..{r1 - 1}")
         return E
+
+    _eps_rows = eps_rows
 
     # ------------------------------------------------------------------ queries
     @property
@@ -263,20 +252,41 @@ class ConstraintSet:
         """Number of constrained pairs (finite eps_ij, i < j)."""
         if self._n is None:
             if self.kind == "dense":
-                n = int(np.count_nonzero(np.isfinite(_given(self._eps)[np.triu_indices(self.N, 1)])))
+                n = int(np.count_nonzero(np.isfinite(given(self._eps)[np.triu_indices(self.N, 1)])))
             else:
-                n = sum(int(np.count_nonzero(b.eps < np.inf)) for b in self.blocks(np.zeros((1, self.N))))
+                n = kernel_scan.merge([kernel_scan.scan_part(
+                    self, np.zeros((1, self.N)), np.zeros(1), 0, max(self.N - 1, 0))], 0, "scan", 1).n
             object.__setattr__(self, "_n", n)
-        return _given(self._n)
+        return given(self._n)
 
     def min_eps(self) -> float:
         """Smallest finite eps_ij over constrained pairs (inf if there are none)."""
         if self.kind == "edges":
-            return float(_given(self._E).min()) if _given(self._E).size else float("inf")
+            return float(given(self._E).min()) if given(self._E).size else float("inf")
         if self.kind == "dense":
-            v = _given(self._eps)[np.triu_indices(self.N, 1)]
+            v = given(self._eps)[np.triu_indices(self.N, 1)]
             return float(v.min()) if v.size else float("inf")
         return min((float(b.eps.min()) for b in self.blocks(np.zeros((1, self.N)))), default=np.inf)
+
+    def min_positive_eps(self) -> float:
+        """Smallest positive finite eps_ij (the baseline's eps_min; inf if none). Exact and
+        near-linear with a geometric index (:func:`solvers.pruned.min_positive_eps`)."""
+        if self._index is not None:
+            return pruned.min_positive_eps(self._index, self.pair_eps)
+        if self.kind == "edges":
+            e = given(self._E)
+            e = e[e > 0]
+            return float(e.min()) if e.size else float("inf")
+        if self.kind == "dense":
+            v = given(self._eps)[np.triu_indices(self.N, 1)]
+            v = v[v > 0]
+            return float(v.min()) if v.size else float("inf")
+        best = float("inf")
+        for b in self.blocks(np.zeros((1, self.N))):
+            v = b.eps[b.eps > 0]
+            if v.size:
+                best = min(best, float(v.min()))
+        return best
 
     def pair_eps(self, i: np.ndarray, j: np.ndarray) -> np.ndarray:
         """eps_ij for given pairs (+inf for pairs that are not constrained)."""
@@ -284,98 +294,92 @@ class ConstraintSet:
         j = np.asarray(j, dtype=np.int64)
         lo, hi = np.minimum(i, j), np.maximum(i, j)
         if self.kind == "dense":
-            return np.where(lo == hi, np.inf, _given(self._eps)[lo, hi])
+            return np.where(lo == hi, np.inf, given(self._eps)[lo, hi])
         if self.kind == "edges":
-            known = _given(self._keys)
+            known = given(self._keys)
             if known.size == 0:
                 return np.full(lo.shape, np.inf)
             keys = lo * self.N + hi
             pos = np.clip(np.searchsorted(known, keys), 0, known.size - 1)
-            return np.where(known[pos] == keys, _given(self._E)[pos], np.inf)
+            return np.where(known[pos] == keys, given(self._E)[pos], np.inf)
+        if self._pair is not None:
+            e = np.asarray(self._pair(lo, hi), dtype=float).reshape(lo.shape)
+            return np.where(lo == hi, np.inf, e)
         rows, inv = np.unique(lo, return_inverse=True)
-        E = np.asarray(_given(self._block)(rows), dtype=float)
+        E = np.asarray(given(self._block)(rows), dtype=float)
         return np.where(lo == hi, np.inf, E[inv, hi])
 
     def scan(self, F: object, u: np.ndarray, *, memory_bytes: int = 2**30, k: int = 0,
-             agg: str = "sum") -> ScanResult:
-        """Full blocked scan of ``loss_ij / eps_ij`` over ALL constrained pairs.
+             agg: str = "sum", tag: str = "scan") -> ScanResult:
+        """The maximum (and k largest) of ``loss_ij / eps_ij`` over ALL constrained pairs.
 
         ``loss_ij = sum_k u_k |F_ki - F_kj|`` (agg="sum", Laplace, Theorem 1) or
         ``max_k u_k |F_ki - F_kj|`` (agg="max", SmallDB/MWEM, Theorems 5 and 7).
-        ``u_k = inf`` contributes inf where row k differs and 0 where it does not.
+        ``u_k = inf`` contributes inf where row k differs and 0 where it does not. Exact branch
+        and bound with a geometric index (its top k may omit pairs of ratio 0), else a full
+        distance-kernel scan (on the engine, if any). ``tag`` labels the pass in :attr:`stats`.
         """
-        F = as_query_matrix(F, self.N)
+        A = as_operand(F, self.N)
         u = np.asarray(u, dtype=float).ravel()
-        if u.shape != (F.shape[0],) or np.isnan(u).any() or (u < 0).any():
-            raise SolverError(f"u must be a non-negative (m,) = ({F.shape[0]},) vector, got {u}")
+        if u.shape != (A.shape[0],) or np.isnan(u).any() or (u < 0).any():
+            raise SolverError(f"u must be a non-negative (m,) = ({A.shape[0]},) vector, got {u}")
         if agg not in ("sum", "max"):
             raise SolverError(f"agg must be 'sum' or 'max', got {agg!r}")
-        fin = np.isfinite(u)
-        uf = u[fin]
-        top = _TopK(int(k))
-        best, worst, n = 0.0, None, 0
-        for b in self.blocks(F, memory_bytes):
-            adf = b.ad[fin]
-            if agg == "sum":
-                num = np.tensordot(uf, adf, axes=1) if uf.size else np.zeros(b.eps.shape)
-            else:
-                num = (adf * uf.reshape((-1,) + (1,) * b.eps.ndim)).max(axis=0, initial=0.0)
-            if not fin.all():
-                num = np.where((b.ad[~fin] > 0).any(axis=0), np.inf, num)
-            ratio = safe_ratio(num, b.eps).ravel()
-            free = ~(b.eps < np.inf).ravel()
-            ratio[free] = -1.0  # unconstrained cells never enter max / top
-            n += int(free.size - np.count_nonzero(free)) if self._n is None else 0
-            if ratio.size:
-                a = int(np.argmax(ratio))
-                if ratio[a] >= 0 and (ratio[a] > best or worst is None):
-                    best = float(ratio[a])
-                    bi, bj = b.pairs(np.array([a]))
-                    worst = (int(bi[0]), int(bj[0]))
-                top.add(b, ratio)
+        if self._pruned():
+            assert self._index is not None
+            res = pruned.pruned_scan(self._index, A, u, self.pair_eps, self.n_constraints,
+                                     k=k, agg=agg)
+            self._stats.record("pruned", res.pairs_evaluated, tag)
+            return res
+        part, how = self._run(A, u, k=k, agg=agg, mode="scan", memory_bytes=memory_bytes)
         if self._n is None:
-            object.__setattr__(self, "_n", n)
-        if self.n_constraints == 0:
-            worst = None
-        return ScanResult(best, worst, top.result(), self.n_constraints)
+            object.__setattr__(self, "_n", part.n)
+        self._stats.record(how, self.n_constraints, tag)
+        worst = part.worst if self.n_constraints else None
+        return ScanResult(part.best, worst, part.top, self.n_constraints, self.n_constraints, how)
 
-    def row_lipschitz(self, F: object, *, memory_bytes: int = 2**30
+    def _pruned(self) -> bool:
+        if self._index is None:
+            return False
+        return self.N >= (PRUNE_MIN_N if self._index.min_n is None else self._index.min_n)
+
+    def _run(self, A: np.ndarray | sp.csc_array, u: np.ndarray | None, *, k: int, agg: str,
+             mode: str, memory_bytes: int) -> tuple[kernel_scan.PartResult, str]:
+        total = self._n if self.kind == "edges" else max(self.N - 1, 0)
+        if self._engine is not None:
+            res = self._engine.scan(self, A, u, k=k, agg=agg, mode=mode, memory_bytes=memory_bytes)
+            return res, getattr(self._engine, "strategy", "engine")
+        part = kernel_scan.scan_part(self, A, u, 0, int(total or 0), k=k, agg=agg, mode=mode,
+                                     memory_bytes=memory_bytes)
+        return part, "full"
+
+    def row_lipschitz(self, F: object, *, memory_bytes: int = 2**30, tag: str = "lipschitz"
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per query row k: ``c_k = max_ij |F_ki - F_kj| / eps_ij`` (0/0 -> 0, x/0 -> inf) and
         the arg-max pair. Returns (c (m,), i (m,), j (m,)); i = j = -1 where c_k = 0."""
-        F = as_query_matrix(F, self.N)
-        m = F.shape[0]
-        c = np.zeros(m)
-        bi = np.full(m, -1, np.int64)
-        bj = np.full(m, -1, np.int64)
-        n = 0
-        for b in self.blocks(F, memory_bytes):
-            if self._n is None:
-                n += int(np.count_nonzero(b.eps < np.inf))
-            if b.eps.size == 0:
-                continue
-            with np.errstate(divide="ignore", invalid="ignore"):
-                r = (b.ad / b.eps[None]).reshape(m, -1)  # 0/0 = NaN is skipped by fmax
-            top = np.fmax.reduce(r, axis=1)
-            for k in np.flatnonzero(top > c):
-                a = int(np.nanargmax(r[k]))
-                c[k] = r[k, a]
-                pi, pj = b.pairs(np.array([a]))
-                bi[k], bj[k] = pi[0], pj[0]
+        A = as_operand(F, self.N)
+        if self._pruned():
+            assert self._index is not None
+            c, bi, bj, n_ev = pruned.pruned_row_lipschitz(self._index, A, self.pair_eps)
+            self._stats.record("pruned", n_ev, tag)
+            return c, bi, bj
+        part, how = self._run(A, None, k=0, agg="sum", mode="lipschitz", memory_bytes=memory_bytes)
         if self._n is None:
-            object.__setattr__(self, "_n", n)
-        return c, bi, bj
+            object.__setattr__(self, "_n", part.n)
+        self._stats.record(how, self.n_constraints, tag)
+        assert part.c is not None and part.ci is not None and part.cj is not None
+        return part.c, part.ci, part.cj
 
     def lipschitz(self, f: np.ndarray, *, memory_bytes: int = 2**30) -> float:
         """``max_ij |f_i - f_j| / eps_ij`` over constrained pairs (0/0 -> 0; x/0 -> inf): the
-        optimal single-query noise scale 1/beta* of spec §3.8."""
+        optimal single-query noise scale 1/beta* of the closed form (paper §4.1)."""
         return float(self.row_lipschitz(np.asarray(f, float)[None, :], memory_bytes=memory_bytes)[0][0])
 
     def check_feasible(self, F: object, *, memory_bytes: int = 2**30
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """:meth:`row_lipschitz` (c, i, j); raise InfeasibleError naming a pair with eps_ij = 0 where
-        the columns of F differ (spec §9.3)."""
-        c, bi, bj = self.row_lipschitz(F, memory_bytes=memory_bytes)
+        """:meth:`row_lipschitz` (c, i, j); raise InfeasibleError naming a pair with eps_ij = 0
+        where the columns of F differ (docs/theory.md, "zero distances")."""
+        c, bi, bj = self.row_lipschitz(F, memory_bytes=memory_bytes, tag="feasibility")
         bad = np.flatnonzero(np.isinf(c))
         if bad.size:
             k = int(bad[0])

@@ -1,4 +1,4 @@
-"""Exact design: the convex program in u = w * beta solved by constraint generation (spec §9.1).
+"""Exact design: the convex program in u = w * beta solved by constraint generation (docs/theory.md).
 
 Privacy condition (Theorem 1): ``sum_k u_k |F_ki - F_kj| <= eps_ij`` for every constrained pair
 -- linear in u, so problem (6) at w = 1 is convex for every loss:
@@ -24,6 +24,7 @@ import numpy as np
 from solvers.closed_form import inverse_or_inf
 from solvers.constraints import ConstraintSet
 from solvers.errors import SolverError
+from solvers.operand import QueryMatrix, rows, take
 from solvers.verify import Draft
 
 ObjectiveBuilder = Callable[[cp.Variable], cp.Minimize | cp.Maximize]
@@ -31,7 +32,7 @@ CLARABEL_OPTS = {"tol_gap_abs": 1e-9, "tol_gap_rel": 1e-9, "tol_feas": 1e-9, "ma
 
 
 def loss_objective(loss: str, c: np.ndarray) -> ObjectiveBuilder:
-    """The spec §9.1 objective for ``loss`` written in the scaled variable v = c * u (> 0)."""
+    """The objective for ``loss`` (docs/theory.md) written in the scaled variable v = c * u (> 0)."""
     cn = c / c.max()
     if loss == "squared":
         wts = cn**2 / np.sum(cn**2)
@@ -49,7 +50,7 @@ def loss_objective(loss: str, c: np.ndarray) -> ObjectiveBuilder:
 class WorkingSet:
     """Pairs handed to the solver, with their scaled constraint rows ``|F_ki - F_kj| / eps_ij``."""
 
-    def __init__(self, F: np.ndarray, cs: ConstraintSet) -> None:
+    def __init__(self, F: QueryMatrix, cs: ConstraintSet) -> None:
         self.F, self.cs, self.N = F, cs, cs.N
         self.keys: set[int] = set()
         self.rows: list[np.ndarray] = []
@@ -69,7 +70,7 @@ class WorkingSet:
         lo, hi, eps = lo[fin], hi[fin], eps[fin]
         self.keys.update((lo * self.N + hi).tolist())
         if lo.size:
-            self.rows.append(np.abs(self.F[:, lo] - self.F[:, hi]).T / eps[:, None])
+            self.rows.append(np.abs(take(self.F, lo) - take(self.F, hi)).T / eps[:, None])
         return int(lo.size)
 
     def matrix(self) -> np.ndarray:
@@ -79,7 +80,7 @@ class WorkingSet:
         return len(self.keys)
 
 
-def solve_u(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, build: ObjectiveBuilder,
+def solve_u(F: QueryMatrix, cs: ConstraintSet, c: np.ndarray, build: ObjectiveBuilder,
             init: list[tuple[np.ndarray, np.ndarray]], *, memory_bytes: int, tol: float = 1e-9,
             max_rounds: int | None = None, add_k: int | None = None, progress: bool = False,
             ws: WorkingSet | None = None) -> tuple[np.ndarray, Draft, WorkingSet | None]:
@@ -92,7 +93,7 @@ def solve_u(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, build: ObjectiveBui
     act = np.flatnonzero(c > 0)
     if act.size == 0:
         return np.full(m, np.inf), Draft(u=np.full(m, np.inf), iterations=0), ws
-    Fa, ca = F[act], c[act]
+    Fa, ca = rows(F, act), c[act]
     ws = ws if ws is not None else WorkingSet(Fa, cs)
     for i, j in init:
         ws.add(i, j)
@@ -145,7 +146,7 @@ def _bar(progress: bool, total: int):  # noqa: ANN202
     return tqdm(total=total, desc="constraint generation", leave=False)
 
 
-def start_pairs(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray,
+def start_pairs(F: QueryMatrix, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray,
                 bj: np.ndarray, memory_bytes: int, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """Pairs tight for the heuristics: each row's closed-form arg-max (Strategy 1), and the
     k largest ratios of the uniform (Strategy 2) and equal-split designs."""
@@ -157,10 +158,10 @@ def start_pairs(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray,
     return init
 
 
-def exact(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray, bj: np.ndarray,
+def exact(F: QueryMatrix, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray, bj: np.ndarray,
           loss: str, *, memory_bytes: int, tol: float, max_rounds: int | None,
           progress: bool) -> Draft:
-    """Exact w = 1 optimum of problem (6) for ``loss`` (spec §9.1) by constraint generation."""
+    """Exact w = 1 optimum of problem (6) for ``loss`` (docs/theory.md) by constraint generation."""
     act = c > 0
     if not act.any():
         return Draft(u=np.full(F.shape[0], np.inf), iterations=0,

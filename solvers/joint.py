@@ -1,8 +1,8 @@
-"""Exact design for a given n: the joint optimum of problem (6) over (w, u) (spec §3.7, §9.1).
+"""Exact design for a given n: the joint optimum of problem (6) over (w, u) (docs/theory.md).
 
 Privacy condition (Theorem 1): ``sum_k u_k |F_ki - F_kj| <= eps_ij`` for every constrained pair,
 ``u = w * beta``; w is post-processing, so for fixed u the best w is closed form and problem (6)
-reduces to one over u with LINEAR constraints (spec §9.1):
+reduces to one over u with LINEAR constraints (docs/theory.md):
 
     squared:  min sum_k h_k(u_k),  h_k = 2 a_k / (a_k u_k^2 + 2),   a_k = n^2 ||F_k||_inf^2,
               then w_k = a_k u_k^2 / (a_k u_k^2 + 2);
@@ -36,6 +36,7 @@ from solvers.bcd import shrinkage
 from solvers.constraints import ConstraintSet
 from solvers.convex import WorkingSet, loss_objective, solve_u, start_pairs
 from solvers.errors import SolverError
+from solvers.operand import QueryMatrix, row_absmax
 from solvers.verify import Draft
 
 CONVEX_FROM = {"squared": 1.0 / np.sqrt(3.0), "absolute": 0.5}  # h_k convex for z >= this
@@ -96,7 +97,7 @@ def _slsqp(red: Reduced, B: np.ndarray, v0: np.ndarray, envelope: bool,
     return v
 
 
-def _generate(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, act: np.ndarray, ws: WorkingSet,
+def _generate(F: QueryMatrix, cs: ConstraintSet, c: np.ndarray, act: np.ndarray, ws: WorkingSet,
               red: Reduced, v0: np.ndarray, envelope: bool, *, memory_bytes: int, tol: float,
               max_rounds: int, add_k: int, bounds: tuple[np.ndarray, np.ndarray] | None = None
               ) -> tuple[np.ndarray, int, str, float]:
@@ -118,12 +119,12 @@ def _generate(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, act: np.ndarray, 
     return v, rnd, status, float(ratio)
 
 
-def joint(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray, bj: np.ndarray,
+def joint(F: QueryMatrix, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray, bj: np.ndarray,
           n: float, loss: str, *, memory_bytes: int, tol: float, max_rounds: int | None,
           progress: bool) -> Draft:
     """Joint optimum of problem (6) over (w, u) for n records (module docstring), warm started
     from the w = 1 exact optimum (feasible). Report keys: ``global_optimum`` (objective equals
-    the envelope lower bound), ``convex_region`` (every u_k where h_k is convex, spec §9.1),
+    the envelope lower bound), ``convex_region`` (every u_k where h_k is convex, docs/theory.md),
     ``convex_on_support`` (the same for u_k > 0), ``lower_bound`` (envelope optimum),
     ``shrinkage_objective`` (w = 1 optimum, then w*) and ``joint_objective``."""
     if loss not in CONVEX_FROM:
@@ -138,7 +139,7 @@ def joint(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray, bj: n
     u1, d1, ws = solve_u(F, cs, c, loss_objective(loss, c[act]), init, memory_bytes=memory_bytes,
                          tol=tol, max_rounds=max_rounds, add_k=k, progress=progress)
     assert ws is not None  # act.any(): solve_u built a working set
-    fmax = np.abs(F[act]).max(axis=1)
+    fmax = row_absmax(F)[act]
     ca = c[act]
     A, ut = ((n * fmax) ** 2, np.sqrt(2.0) / (n * fmax)) if loss == "squared" else \
         (n * fmax, 2.0 / (n * fmax))
@@ -149,7 +150,7 @@ def joint(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, bi: np.ndarray, bj: n
     lower = red.value(v, True)
     # h = envelope at the envelope optimum (every z_k = 0 or >= zt_k): it is the global optimum
     certified = red.value(v, False) <= lower * (1.0 + 1e-12)
-    notes = [f"joint (w, u) optimum for n = {n} via the convex envelope (spec §9.1)"]
+    notes = [f"joint (w, u) optimum for n = {n} via the convex envelope (docs/theory.md)"]
     shrink_obj = red.value(v1, False)
     cands = [(red.value(v, False), 0, v, status), (shrink_obj, 2, v1, d1.status)]
     if not certified:  # local solves on the true (non-convex) objective

@@ -1,4 +1,4 @@
-"""The naive all-pairs formulation of problem (6) at w = 1 (spec §9.1), for comparison only.
+"""The naive all-pairs formulation of problem (6) at w = 1 (docs/theory.md), for comparison only.
 
 Privacy condition (Theorem 1): ``sum_k u_k |F_ki - F_kj| <= eps_ij``. Every constrained pair
 becomes one row of a dense (P, m) matrix handed to cvxpy + Clarabel in one problem; memory and

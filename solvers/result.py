@@ -51,7 +51,7 @@ class SolverResult:
 
     @property
     def u(self) -> np.ndarray:
-        """Noise precision per query of the unbiased mechanism, ``u = w * beta`` (spec §9.1).
+        """Noise precision per query of the unbiased mechanism, ``u = w * beta`` (docs/theory.md).
 
         ``0 * inf`` is taken as 0 (a query scaled to zero carries no information).
         """

@@ -1,8 +1,8 @@
-"""The paper's multi-query heuristics (paper §4.2, spec §6.2-§6.3), all with w = 1.
+"""The paper's multi-query heuristics (paper §4.2, paper §4.2), all with w = 1.
 
 Privacy condition (Theorem 1): ``sum_k beta_k |F_ki - F_kj| <= eps_ij`` for every pair.
 Rows with Lipschitz constant c_k = 0 (constant, or separated only by eps = inf pairs) are answered
-exactly (beta_k = inf) and excluded from the sharing, as spec §6.3 prescribes for constant rows.
+exactly (beta_k = inf) and excluded from the sharing, as Algorithm 3 prescribes for constant rows.
 """
 
 from __future__ import annotations
@@ -13,12 +13,13 @@ import numpy as np
 
 from solvers.closed_form import inverse_or_inf
 from solvers.constraints import Block, ConstraintSet
+from solvers.operand import QueryMatrix, rows
 from solvers.verify import Draft
 
 BlockSource = Callable[[], Iterable[Block]]
 
 
-def block_source(F: np.ndarray, cs: ConstraintSet, memory_bytes: int
+def block_source(F: QueryMatrix, cs: ConstraintSet, memory_bytes: int
                  ) -> tuple[BlockSource, bool]:
     """A re-iterable source of pair blocks: materialised once if all blocks fit in a quarter of
     the memory budget (repeated passes then skip recomputing |F_ki - F_kj|), else streamed.
@@ -31,7 +32,7 @@ def block_source(F: np.ndarray, cs: ConstraintSet, memory_bytes: int
     return (lambda: cs.blocks(F, memory_bytes)), False
 
 
-def equal_split(F: np.ndarray, cs: ConstraintSet, c: np.ndarray) -> Draft:
+def equal_split(F: QueryMatrix, cs: ConstraintSet, c: np.ndarray) -> Draft:
     """Strategy 1: ``beta_k = (1/m') min_ij eps_ij / |F_ki - F_kj| = 1 / (m' c_k)`` over the m'
     queries that need noise. Feasible: each query spends at most eps_ij / m' on every pair."""
     act = c > 0
@@ -40,7 +41,7 @@ def equal_split(F: np.ndarray, cs: ConstraintSet, c: np.ndarray) -> Draft:
                  notes=[f"budget split equally over {m_act} noisy queries"])
 
 
-def uniform(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, memory_bytes: int) -> Draft:
+def uniform(F: QueryMatrix, cs: ConstraintSet, c: np.ndarray, memory_bytes: int) -> Draft:
     """Strategy 2: one precision for all, ``beta_k = min_ij eps_ij / Delta_ij F``."""
     act = c > 0
     if not act.any():
@@ -50,9 +51,9 @@ def uniform(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, memory_bytes: int) 
     return Draft(u=u, n_used=cs.n_constraints, extra={"tight_pair": sc.worst})
 
 
-def budget_sharing(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, memory_bytes: int,
+def budget_sharing(F: QueryMatrix, cs: ConstraintSet, c: np.ndarray, memory_bytes: int,
                    T: int = 50) -> Draft:
-    """Algorithm 3 (Strategy 3), exactly as spec §6.3 reads, with remaining budget
+    """Algorithm 3 (Strategy 3), exactly as Algorithm 3 reads, with remaining budget
     ``eps~ = eps - sum_k beta_k |F_ki - F_kj|`` (beta accumulated so far). Per round t:
 
     1. ``bhat_k = min_{ij: F_ki != F_kj} eps~_ij / |F_ki - F_kj|``;
@@ -66,7 +67,7 @@ def budget_sharing(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, memory_bytes
     Stops when t > T or ``max_k beta^(t)_k <= 1e-12 max_k beta_k``. Each round exhausts at least
     one pair, so the loop ends after at most m rounds in exact arithmetic.
 
-    NOT the spec's "simplification": spec §6.3 says steps 2-3 collapse to ``beta^(t) = c_t bhat``
+    NOT the tempting "simplification" that steps 2-3 collapse to ``beta^(t) = c_t bhat``
     with ONE global ``c_t = min_ij eps~_ij / S_ij``. That holds only if every query's minimum in
     step 3 runs over all pairs; in Algorithm 3 it runs over the pairs query k separates
     (``F_ki != F_kj``), so the factor ``c_t^(k) = min_{ij: F_ki != F_kj} eps~_ij / S_ij`` is
@@ -79,7 +80,7 @@ def budget_sharing(F: np.ndarray, cs: ConstraintSet, c: np.ndarray, memory_bytes
     beta = np.zeros(m)
     if act.size == 0:
         return Draft(u=np.full(m, np.inf), iterations=0, n_used=cs.n_constraints)
-    source, cached = block_source(F[act], cs, memory_bytes)
+    source, cached = block_source(rows(F, act), cs, memory_bytes)
     B = np.zeros(act.size)
     rounds = 0
     status = "round_limit"

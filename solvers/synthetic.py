@@ -1,9 +1,9 @@
-"""Parameters of the synthetic-data mechanisms: SmallDB problem (8) and MWEM's T (spec §5).
+"""Parameters of the synthetic-data mechanisms: SmallDB problem (8) and MWEM's T.
 
 Privacy conditions (a maximum over queries, not a sum):
   SmallDB (Theorem 5): ``beta * max_f w_f |f_i - f_j| <= eps_ij``;
   MWEM   (Theorem 7): ``2 T beta * max_f w_f |f_i - f_j| <= eps_ij`` (beta_E = beta_L = beta).
-Both are maxima of pseudometrics, so edge constraint sets suffice for graph metrics (spec §9.2).
+Both are maxima of pseudometrics, so edge constraint sets suffice for graph metrics (docs/theory.md).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def smalldb_params(F: object, constraints: ConstraintSet, n: float, *, delta: fl
     ``C = 16 ln N ln|Q| + 4 ln(1/delta)``, s.t. ``beta w_f |f_i - f_j| <= eps_ij``.
 
     For fixed beta the optimal w is ``w_f = min(1, 1 / (beta c_f))`` (c_f = Lipschitz constant of
-    f), so (8) is a 1-D minimisation over beta (spec §5.1, §9.1): a log-spaced grid followed by a
+    f), so (8) is a 1-D minimisation over beta (problem (8); docs/theory.md): a log-spaced grid followed by a
     bounded Brent refinement around the best grid point. Returns w (per query), beta (the
     shared beta repeated per query), objective = the error bound (9).
 
@@ -95,7 +95,7 @@ def smalldb_params(F: object, constraints: ConstraintSet, n: float, *, delta: fl
 
 def _flag_degenerate(res: SolverResult, c: np.ndarray, fmax: np.ndarray, C: float,
                      n: float) -> None:
-    """Mark a vacuous SmallDB design (spec §5.1 eq. (9)-(10)): when n is too small, the bound (9)
+    """Mark a vacuous SmallDB design (eq. (9)-(10)): when n is too small, the bound (9)
     cannot beat ``max_f ||f||_inf`` (the error of answering 0), so the optimum of (8) sends
     beta -> inf, w -> 0. Sets ``report["degenerate"]``, ``report["n_nonvacuous"]`` and warns."""
     wmin = float(np.min(res.w)) if res.w.size else 1.0
@@ -121,7 +121,7 @@ def _flag_degenerate(res: SolverResult, c: np.ndarray, fmax: np.ndarray, C: floa
 
 def mwem_params(F: object, constraints: ConstraintSet, n: float, *, T: int | None = None,
                 memory_bytes: int = 2**30) -> SolverResult:
-    """MWEM parameters of spec §5.2 with w = 1: ``beta_bar = 1 / max_f c_f``,
+    """MWEM parameters of the paper with w = 1: ``beta_bar = 1 / max_f c_f``,
     ``T* = (n beta_bar sqrt(ln N) / (10 ln|Q|))^(2/3)`` (rounded, >= 1) unless T is given, and
     ``beta_E = beta_L = beta = beta_bar / (2T)``. Objective: the bound
     ``2 n sqrt(ln N / T) + 5 ln|Q| / beta`` of Theorem 8 (ln|Q| taken >= ln 2). The full scan

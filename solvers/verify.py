@@ -15,6 +15,7 @@ import numpy as np
 
 from solvers.constraints import ConstraintSet
 from solvers.errors import InfeasibleError
+from solvers.operand import QueryMatrix, row_absmax
 from solvers.result import SolverResult
 
 RATIO_TOL = 1e-12  # a returned design satisfies max ratio <= 1 + RATIO_TOL
@@ -34,7 +35,7 @@ class Draft:
     extra: dict = field(default_factory=dict)
 
 
-def objective(loss: str, w: np.ndarray, beta: np.ndarray, F: np.ndarray,
+def objective(loss: str, w: np.ndarray, beta: np.ndarray, F: QueryMatrix,
               n: float | None = None) -> float:
     """Value of the loss surrogate g(w, beta) of problem (6) / Theorem 2.
 
@@ -48,7 +49,7 @@ def objective(loss: str, w: np.ndarray, beta: np.ndarray, F: np.ndarray,
     beta = np.asarray(beta, float)
     with np.errstate(divide="ignore"):
         scale = np.where(np.isinf(beta), 0.0, 1.0 / beta)
-    fmax = np.abs(F).max(axis=1)
+    fmax = row_absmax(F)
     bias = np.abs(1.0 - w) * fmax * (0.0 if n is None else float(n))
     if loss == "squared":
         return float(np.sum(bias**2) + 2.0 * np.sum(scale**2))
@@ -65,16 +66,31 @@ def objective(loss: str, w: np.ndarray, beta: np.ndarray, F: np.ndarray,
     raise ValueError(f"unknown loss {loss!r}")
 
 
-def finalize(F: np.ndarray, cs: ConstraintSet, draft: Draft, *, method: str, loss: str,
+def _split(u: np.ndarray, w0: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(w, beta = u / w, the effective u = w * beta with 0 * inf = 0) as SolverResult holds them."""
+    w = np.ones_like(u) if w0 is None else np.array(w0, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        beta = np.where(w > 0, u / np.where(w > 0, w, 1.0), np.inf)
+        beta = np.where(np.isinf(u), np.inf, beta)
+        u_eff = np.where(w == 0, 0.0, w * beta)
+    return w, beta, u_eff
+
+
+def finalize(F: QueryMatrix, cs: ConstraintSet, draft: Draft, *, method: str, loss: str,
              n: float | None, t0: float, memory_bytes: int, agg: str = "sum",
              multiplier: float = 1.0, objective_value: float | None = None) -> SolverResult:
-    """Verify the draft by a full scan of ``multiplier * u`` (2T for MWEM), scale back if any
-    ratio exceeds 1, and package a :class:`SolverResult` with its report."""
+    """Verify the draft by a scan of ``multiplier * u`` over ALL pairs (2T for MWEM), scale back
+    if any ratio exceeds 1, and package a :class:`SolverResult` with its report.
+
+    The scan is of the effective precision ``u = w * beta`` exactly as the result will hold it
+    (``SolverResult.u``), so ``report["certificate"]`` (max ratio, the scanned u, the strategy)
+    certifies the returned design itself and callers need not scan again."""
     u = np.array(draft.u, dtype=float)
     notes = list(draft.notes)
     scaled_back = False
     for _ in range(4):
-        sc = cs.scan(F, multiplier * u, memory_bytes=memory_bytes, agg=agg)
+        w, beta, u_eff = _split(u, draft.w)
+        sc = cs.scan(F, multiplier * u_eff, memory_bytes=memory_bytes, agg=agg, tag="finalize")
         if sc.max_ratio <= 1.0 + RATIO_TOL:
             break
         if not np.isfinite(sc.max_ratio):
@@ -88,10 +104,6 @@ def finalize(F: np.ndarray, cs: ConstraintSet, draft: Draft, *, method: str, los
         scaled_back = True
     else:  # pragma: no cover - defensive
         raise InfeasibleError(f"{method}: could not scale the design back to feasibility")
-    w = np.ones_like(u) if draft.w is None else np.array(draft.w, dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        beta = np.where(w > 0, u / np.where(w > 0, w, 1.0), np.inf)
-    beta = np.where(np.isinf(u), np.inf, beta)
     obj = objective(loss, w, beta, F, n) if objective_value is None else objective_value
     report = {
         "n_constraints": cs.n_constraints,
@@ -104,6 +116,9 @@ def finalize(F: np.ndarray, cs: ConstraintSet, draft: Draft, *, method: str, los
         "status": draft.status,
         "notes": notes,
         "constraint_kind": cs.kind,
+        "certificate": {"max_ratio": float(sc.max_ratio), "u": u_eff.copy(),
+                        "multiplier": float(multiplier), "agg": agg, "strategy": sc.strategy,
+                        "pairs": int(sc.n_pairs), "pairs_evaluated": int(sc.pairs_evaluated)},
     }
     report.update(draft.extra)
     return SolverResult(w=w, beta=beta, objective=obj, method=method, loss=loss, report=report)

@@ -21,8 +21,11 @@ from dprivacy.errors import MetricError, ShapeError, TriangleInequalityError, Va
 from dprivacy.fingerprints import Hasher, canonical_json
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from dprivacy.universe import Universe
     from solvers import ConstraintSet
+    from solvers.pruned import GeometricIndex
 
 #: Above this many elements the budget is never held as one dense N x N matrix.
 DENSE_LIMIT = 8000
@@ -225,10 +228,20 @@ class Metric(ABC):
             checked_budget(self, lambda: np.asarray(w, dtype=float))
             return ConstraintSet.edges(i, j, w, universe.N)
         if universe.N <= dense_limit:
-            return ConstraintSet.dense(self.budget(universe))
+            return with_scan_hints(self, universe, ConstraintSet.dense(self.budget(universe)))
         self._check_universe(universe)
-        return ConstraintSet.oracle(
-            universe.N, lambda rows: checked_budget(self, lambda: self.block(universe, rows)))
+        return with_scan_hints(self, universe, ConstraintSet.oracle(
+            universe.N, lambda rows: checked_budget(self, lambda: self.block(universe, rows)),
+            pair=self.pair_budget(universe)))
+
+    def geometric_index(self, universe: Universe) -> GeometricIndex | None:
+        """Hook: points phi and c with eps_ij >= c ||phi_i - phi_j|| (see solvers.pruned), which
+        turns scans over all pairs into exact branch and bound. None: no index (full scans)."""
+        return None
+
+    def pair_budget(self, universe: Universe) -> Callable[[np.ndarray, np.ndarray], np.ndarray] | None:
+        """Hook: a function (i, j) -> eps_ij of given pairs (else rows of :meth:`block` are used)."""
+        return None
 
     def eps_min(self, universe: Universe) -> float:
         """min over distinct pairs with positive budget: the baseline's eps (Definition 4).
@@ -274,3 +287,9 @@ class Metric(ABC):
     def __repr__(self) -> str:
         inner = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
         return f"{self.name}({inner})"
+
+
+def with_scan_hints(metric: Metric, universe: Universe, cs: ConstraintSet) -> ConstraintSet:
+    """``cs`` with the metric's geometric index attached (exact pruned scans), if it has one."""
+    index = metric.geometric_index(universe)
+    return cs if index is None else cs.with_index(index)

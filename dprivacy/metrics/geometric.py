@@ -1,23 +1,117 @@
 """Metrics from the geometry of point universes: Euclidean, geodesic and Blowfish thresholds.
 
-Location privacy (paper §4.1, §4.3; spec §8.3): eps_ij = eps * ||p_i - p_j||.  Blowfish (paper
-§4.4; spec §8.3): a budget eps inside a distance threshold theta, with two readings A and B.
+Location privacy (paper §4.1, §4.3): eps_ij = eps * ||p_i - p_j||.  Blowfish (paper §4.4): a
+budget eps inside a distance threshold theta, with two readings A and B (docs/theory.md).
+
+Each of these metrics offers a geometric index (:meth:`Metric.geometric_index`): points phi_i and
+a constant c with ``eps_ij >= c * ||phi_i - phi_j||`` (up to rounding margins), which makes the
+solvers' scans over all pairs exact branch and bound (:mod:`solvers.pruned`) instead of N^2 / 2
+evaluations. Euclidean: phi = the points; geodesic: phi = Earth-centred 3-D coordinates in km (a
+straight chord is never longer than the geodesic, on the sphere or on the WGS84 ellipsoid).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+from weakref import WeakKeyDictionary
 
 import numpy as np
 from scipy.spatial.distance import cdist
 
 from dprivacy.errors import ValidationError
-from dprivacy.metrics.base import Metric
+from dprivacy.metrics.base import DENSE_LIMIT, Metric
 from dprivacy.universe import Universe
+from solvers.pruned import GeometricIndex
+
+if TYPE_CHECKING:
+    from solvers import ConstraintSet
 
 #: Mean Earth radius (IUGG), km, for the spherical model.
 EARTH_RADIUS_KM = 6371.0088
+#: WGS84 semi-major axis (km) and flattening.
+WGS84_A_KM = 6378.137
+WGS84_F = 1 / 298.257223563
+#: Rounding margins of the chord bound for geodesics: relative, and absolute in km (1 micrometre).
+_GEO_RTOL, _GEO_ATOL_KM = 1e-9, 1e-9
+
+PairFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+_INDEXES: WeakKeyDictionary[Universe, dict[str, GeometricIndex]] = WeakKeyDictionary()
+_EPS_MIN: WeakKeyDictionary[Universe, dict[str, float]] = WeakKeyDictionary()
+
+
+def _cached_index(metric: Metric, universe: Universe, build: Callable[[], GeometricIndex]
+                  ) -> GeometricIndex:
+    """One index (k-d tree, neighbour pairs) per (universe object, metric value): universe
+    coordinates are read-only and metrics are frozen, so it never goes stale."""
+    per = _INDEXES.setdefault(universe, {})
+    key = repr(metric)
+    if key not in per:
+        per[key] = build()
+    return per[key]
+
+
+def _eps_min(metric: Metric, universe: Universe) -> float:
+    """eps_min of a metric with a geometric index: the dense path below PRUNE_MIN_N elements,
+    else exact nearest-neighbour search (:meth:`ConstraintSet.min_positive_eps`); cached per (universe
+    object, metric value) like the index."""
+    import solvers.constraints as sc
+
+    if universe.N <= DENSE_LIMIT and universe.N < sc.PRUNE_MIN_N:
+        return Metric.eps_min(metric, universe)
+    per = _EPS_MIN.setdefault(universe, {})
+    key = repr(metric)
+    if key not in per:
+        per[key] = float(metric.constraint_set(universe).min_positive_eps())
+    return per[key]
+
+
+def _indexed_oracle(metric: Metric, universe: Universe, dense_limit: int) -> ConstraintSet | None:
+    """From ``solvers.constraints.PRUNE_MIN_N`` elements on, the constraint set of a metric with
+    a geometric index is a budget oracle plus the index (pruned scans): the dense N x N budget
+    would cost more than every scan of the design. None below it (the dense path)."""
+    import solvers.constraints as sc
+
+    if universe.N < sc.PRUNE_MIN_N and universe.N <= dense_limit:
+        return None
+    index = metric.geometric_index(universe)
+    cs = sc.ConstraintSet.oracle(universe.N, lambda rows: metric.block(universe, rows),
+                                 pair=metric.pair_budget(universe))
+    return cs.with_index(index)
+
+
+def _euclid_pairs(c: np.ndarray, scale: float) -> PairFn:
+    def pair(i: np.ndarray, j: np.ndarray) -> np.ndarray:
+        d = c[i] - c[j]
+        return scale * np.sqrt(np.einsum("pd,pd->p", d, d))
+    return pair
+
+
+def ecef_km(latlon: np.ndarray, model: str = "sphere") -> np.ndarray:
+    """Earth-centred 3-D coordinates (km) of (latitude, longitude) degree pairs, on the sphere of
+    the mean Earth radius or on the WGS84 ellipsoid. The straight chord between two of them is a
+    lower bound on their geodesic distance."""
+    lat, lon = np.radians(latlon[:, 0]), np.radians(latlon[:, 1])
+    if model == "sphere":
+        r = np.full(lat.shape, EARTH_RADIUS_KM)
+        z = EARTH_RADIUS_KM * np.sin(lat)
+    else:
+        e2 = WGS84_F * (2 - WGS84_F)
+        r = WGS84_A_KM / np.sqrt(1 - e2 * np.sin(lat) ** 2)
+        z = r * (1 - e2) * np.sin(lat)
+    return np.c_[r * np.cos(lat) * np.cos(lon), r * np.cos(lat) * np.sin(lon), z]
+
+
+def wgs84_km(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """WGS84 geodesic distances (km) between paired (lat, lon) degree arrays a, b of shape (P, 2):
+    pyproj's ``Geod.inv`` (Karney's algorithm, as geopy's ``geodesic``), vectorised."""
+    from pyproj import Geod
+
+    _, _, dist = Geod(ellps="WGS84").inv(a[:, 1], a[:, 0], b[:, 1], b[:, 0])
+    return np.asarray(dist, dtype=float) / 1000.0
 
 
 def _positive(name: str, value: float, *, allow_inf: bool = False) -> float:
@@ -54,6 +148,26 @@ class Euclidean(Metric):
     def _raw_budget(self, universe: Universe) -> np.ndarray:
         return self.block(universe, np.arange(universe.N))
 
+    def constraint_set(self, universe: Universe, *, dense_limit: int = DENSE_LIMIT) -> ConstraintSet:
+        """All pairs, scanned by exact branch and bound from ``solvers.constraints.PRUNE_MIN_N``
+        elements on (a budget oracle plus the geometric index), else the dense budget."""
+        self._check_universe(universe)
+        cs = _indexed_oracle(self, universe, dense_limit)
+        return cs if cs is not None else super().constraint_set(universe, dense_limit=dense_limit)
+
+    def geometric_index(self, universe: Universe) -> GeometricIndex:
+        """eps_ij = eps_per_unit ||p_i - p_j|| >= eps_per_unit (1 - 1e-9) ||p_i - p_j||."""
+        c = _coords(universe, "Euclidean")
+        return _cached_index(self, universe, lambda: GeometricIndex(
+            c, float(self.eps_per_unit), rtol=1e-9, all_finite=True))
+
+    def pair_budget(self, universe: Universe) -> PairFn:
+        return _euclid_pairs(_coords(universe, "Euclidean"), float(self.eps_per_unit))
+
+    def eps_min(self, universe: Universe) -> float:
+        """Smallest positive budget; for N above the dense limit by nearest neighbours (exact)."""
+        return _eps_min(self, universe)
+
 
 def haversine_km(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Great-circle distances (km) between (lat, lon) degree arrays a (n, 2) and b (m, 2)."""
@@ -68,8 +182,9 @@ class Geodesic(Metric):
     """eps_ij = eps_per_km * geodesic distance (km) between (latitude, longitude) points.
 
     ``model="sphere"``: vectorised great-circle (haversine) distance on a sphere of the mean
-    Earth radius.  ``model="wgs84"``: geopy's ellipsoidal geodesic (Karney), exact but O(N^2)
-    Python calls.  Both are true metrics.  Universe coordinates must be (lat, lon) in degrees.
+    Earth radius.  ``model="wgs84"``: the ellipsoidal geodesic of Karney's algorithm through
+    pyproj's ``Geod`` (vectorised; geopy's ``geodesic`` uses the same algorithm and serves as the
+    test oracle).  Both are true metrics.  Universe coordinates must be (lat, lon) in degrees.
     """
 
     eps_per_km: float = 1.0
@@ -89,33 +204,64 @@ class Geodesic(Metric):
                 "Geodesic coordinates must be (latitude in [-90, 90], longitude in [-180, 180])"
             )
 
+    def _km(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Distances (km) of paired rows of a and b."""
+        if self.model == "sphere":
+            la1, lo1 = np.radians(a[:, 0]), np.radians(a[:, 1])
+            la2, lo2 = np.radians(b[:, 0]), np.radians(b[:, 1])
+            h = (np.sin((la2 - la1) / 2) ** 2
+                 + np.cos(la1) * np.cos(la2) * np.sin((lo2 - lo1) / 2) ** 2)
+            return 2 * EARTH_RADIUS_KM * np.arcsin(np.sqrt(np.clip(h, 0.0, 1.0)))
+        return wgs84_km(a, b)
+
     def block(self, universe: Universe, rows: np.ndarray) -> np.ndarray:
         self._check_universe(universe)
         c = _coords(universe, "Geodesic")
         rows = np.asarray(rows)
         if self.model == "sphere":
             return self.eps_per_km * haversine_km(c[rows], c)
-        from geopy.distance import geodesic
-
-        out = np.zeros((len(rows), len(c)))
-        for r, i in enumerate(rows):
-            for j in range(len(c)):
-                if i != j:
-                    out[r, j] = geodesic(tuple(c[i]), tuple(c[j])).km
+        n = len(c)
+        a = np.repeat(c[rows], n, axis=0)
+        b = np.tile(c, (len(rows), 1))
+        out = wgs84_km(a, b).reshape(len(rows), n)
+        out[np.arange(len(rows)), rows] = 0.0
         return self.eps_per_km * out
 
     def _raw_budget(self, universe: Universe) -> np.ndarray:
         if self.model == "sphere":
             return self.block(universe, np.arange(universe.N))
-        from geopy.distance import geodesic
-
         c = _coords(universe, "Geodesic")
-        n = len(c)
-        out = np.zeros((n, n))
-        for i in range(n):
-            for j in range(i + 1, n):
-                out[i, j] = out[j, i] = geodesic(tuple(c[i]), tuple(c[j])).km
+        i, j = np.triu_indices(len(c), 1)
+        out = np.zeros((len(c), len(c)))
+        out[i, j] = out[j, i] = wgs84_km(c[i], c[j])
         return self.eps_per_km * out
+
+    def constraint_set(self, universe: Universe, *, dense_limit: int = DENSE_LIMIT) -> ConstraintSet:
+        """All pairs, scanned by exact branch and bound from ``solvers.constraints.PRUNE_MIN_N``
+        elements on (a budget oracle plus the geometric index), else the dense budget."""
+        self._check_universe(universe)
+        cs = _indexed_oracle(self, universe, dense_limit)
+        return cs if cs is not None else super().constraint_set(universe, dense_limit=dense_limit)
+
+    def geometric_index(self, universe: Universe) -> GeometricIndex:
+        """eps_ij >= eps_per_km * (chord between the Earth-centred points, km), with margins
+        rtol = 1e-9 and atol = 1 micrometre for the rounding of both computations."""
+        self._check_universe(universe)
+        c = _coords(universe, "Geodesic")
+        return _cached_index(self, universe, lambda: GeometricIndex(
+            ecef_km(c, self.model), float(self.eps_per_km), rtol=_GEO_RTOL, atol=_GEO_ATOL_KM,
+            all_finite=True))
+
+    def pair_budget(self, universe: Universe) -> PairFn:
+        c = _coords(universe, "Geodesic")
+
+        def pair(i: np.ndarray, j: np.ndarray) -> np.ndarray:
+            return self.eps_per_km * self._km(c[i], c[j])
+        return pair
+
+    def eps_min(self, universe: Universe) -> float:
+        """Smallest positive budget; for N above the dense limit by nearest neighbours (exact)."""
+        return _eps_min(self, universe)
 
 
 @dataclass(frozen=True, repr=False)

@@ -1,0 +1,402 @@
+"""Exact pruned scans for metrics with a geometric index: dual-tree branch and bound.
+
+Privacy condition checked (Theorem 1): ``sum_k u_k |F_ki - F_kj| <= eps_ij`` for every pair.
+The scans answer "what is the maximum (or what are the k largest) of ``loss_ij / eps_ij`` over
+ALL pairs" while computing only a small fraction of the N(N-1)/2 pairs exactly.
+
+The bound (a proof, not a heuristic)
+------------------------------------
+A :class:`GeometricIndex` gives points ``phi_i`` in R^D and constants ``c >= 0``, ``rtol``, ``atol``
+with, for every pair (as the budgets are actually computed, rounding included)::
+
+    eps_ij >= g(||phi_i - phi_j||_2),   g(t) = c * max((1 - rtol) t - atol, 0)       (1)
+
+(Euclidean: phi = the points, exact up to rounding; geodesic on the sphere or on WGS84: phi =
+the 3-D Earth-centred coordinates in km -- a straight chord is never longer than the geodesic).
+The points are held in a balanced k-d tree; every node A has a bounding box and, per query row
+k, the range ``[lo_Ak, hi_Ak]`` of ``F_k`` over its elements. For i in A and j in B:
+
+    ||phi_i - phi_j|| >= delta_AB := dist(box_A, box_B)   so   eps_ij >= g(delta_AB)  (g rises)
+    |F_ki - F_kj| <= D_k(A, B) := max(hi_Ak - lo_Bk, hi_Bk - lo_Ak)
+
+hence ``loss_ij / eps_ij <= UB(A, B) := sum_k u_k D_k(A, B) / g(delta_AB)`` (``max_k`` instead
+of ``sum_k`` for agg="max"; per row for the Lipschitz constants), with 0/0 = 0 (every pair in
+A x B then has loss 0) and x/0 = inf (never skipped). The scan starts from the exact ratios of
+each element's nearest neighbours, so it always holds a threshold ``t`` achieved by pairs it has
+evaluated (the running maximum, or the k-th largest for a top-k scan). A node pair with
+``UB(A, B) <= t`` cannot contain a pair that raises the maximum (or enters the top k above t),
+and is skipped; every other node pair is split until its leaves are evaluated pair by pair.
+The result therefore equals the full scan over all pairs. Floating point: D_k and delta_AB are
+computed from the actual extreme values with monotone rounding (node ranges are stored in
+float32 rounded outward, so they still contain every value), UB is enlarged by 1e-12
+relative (exact sums may round in another order), and (1) carries the metric's rtol/atol.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.spatial import cKDTree
+
+from solvers.operand import segment_minmax, take
+from solvers.scan_types import ScanResult, TopK, safe_ratio
+
+logger = logging.getLogger(__name__)
+
+PairEps = Callable[[np.ndarray, np.ndarray], np.ndarray]
+_UB_SLACK = 1.0 + 1e-12
+_NODE_CELLS = 2**19  # node pairs x query rows per bound evaluation
+_PAIR_CHUNK = 2**18  # exact pair evaluations per batch (times m)
+
+
+@dataclass(eq=False)
+class GeometricIndex:
+    """Points phi (N, D) with ``eps_ij >= scale * max((1 - rtol) ||phi_i - phi_j|| - atol, 0)``
+    for every pair (bound (1) of this module). ``all_finite``: every eps_ij is finite (the set
+    then has N(N-1)/2 constraints). ``min_n``: below this many elements a full scan is cheaper
+    and is used instead (None: ``solvers.constraints.PRUNE_MIN_N``). :func:`min_positive_eps`
+    also assumes eps_ij = 0 when phi_i = phi_j.
+    The k-d tree and nearest-neighbour pairs are built on first use and kept.
+
+    Examples
+    --------
+    >>> idx = GeometricIndex(np.array([[0.0], [1.0], [3.0]]), scale=2.0)
+    >>> float(idx.lower(np.array([1.0]))[0]) <= 2.0
+    True
+    """
+
+    points: np.ndarray
+    scale: float
+    rtol: float = 1e-9
+    atol: float = 0.0
+    leafsize: int = 16
+    all_finite: bool = False
+    min_n: int | None = None
+    _tree: _Tree | None = field(default=None, repr=False)
+    _nn: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        P = np.array(self.points, dtype=float)
+        if P.ndim == 1:
+            P = P[:, None]
+        if P.ndim != 2 or not np.isfinite(P).all():
+            raise ValueError("GeometricIndex points must be a finite (N, D) array")
+        P.setflags(write=False)
+        self.points = P
+        if not (self.scale >= 0 and self.rtol >= 0 and self.atol >= 0):
+            raise ValueError("GeometricIndex: scale, rtol and atol must be >= 0")
+
+    @property
+    def N(self) -> int:  # noqa: N802
+        return int(self.points.shape[0])
+
+    def lower(self, t: np.ndarray) -> np.ndarray:
+        """The lower bound g(t) of (1) on eps for embedded distance t."""
+        return self.scale * np.maximum((1.0 - self.rtol) * t - self.atol, 0.0)
+
+    @property
+    def tree(self) -> _Tree:
+        if self._tree is None:
+            t0 = time.perf_counter()
+            self._tree = _Tree(self.points, self.leafsize)
+            logger.debug("k-d tree on %d points, %d levels, %.3f s", self.N, self._tree.L,
+                         time.perf_counter() - t0)
+        return self._tree
+
+    def neighbour_pairs(self, k: int = 4) -> tuple[np.ndarray, np.ndarray]:
+        """Each element's k nearest neighbours as unique pairs (i < j)."""
+        if self._nn is None:
+            N = self.N
+            kk = min(k + 1, N)
+            if kk < 2:
+                e = np.zeros(0, np.int64)
+                self._nn = (e, e)
+            else:
+                nb = np.asarray(cKDTree(self.points).query(self.points, k=kk)[1])
+                i = np.repeat(np.arange(N), kk - 1)
+                j = nb[:, 1:].ravel().astype(np.int64)
+                ok = (j < N) & (i != j)
+                lo, hi = np.minimum(i[ok], j[ok]), np.maximum(i[ok], j[ok])
+                key = np.unique(lo * N + hi)
+                self._nn = (key // N, key % N)
+        return self._nn
+
+
+class _Tree:
+    """Perfect binary k-d tree over a permutation of the points: node t of level l holds the
+    positions ``[floor(t N / 2^l), floor((t + 1) N / 2^l))``; leaves (level L) hold <= leafsize."""
+
+    def __init__(self, P: np.ndarray, leafsize: int) -> None:
+        N, _ = P.shape
+        L = 0
+        while -(-N // 2**L) > max(leafsize, 2):
+            L += 1
+        perm = np.arange(N)
+        for lev in range(L):
+            b = self.starts(N, lev)
+            Pp = P[perm]
+            ext = np.maximum.reduceat(Pp, b, axis=0) - np.minimum.reduceat(Pp, b, axis=0)
+            seg = np.repeat(np.arange(b.size), np.diff(np.append(b, N)))
+            key = Pp[np.arange(N), np.argmax(ext, axis=1)[seg]]
+            perm = perm[np.lexsort((key, seg))]
+        self.N, self.L, self.perm = N, L, perm
+        leaf = self.starts(N, L)
+        Pp = P[perm]
+        lo = [np.minimum.reduceat(Pp, leaf, axis=0)]
+        hi = [np.maximum.reduceat(Pp, leaf, axis=0)]
+        for _ in range(L):
+            lo.append(lo[-1].reshape(-1, 2, P.shape[1]).min(axis=1))
+            hi.append(hi[-1].reshape(-1, 2, P.shape[1]).max(axis=1))
+        self.lo, self.hi = lo[::-1], hi[::-1]  # per level, root first
+        sizes = np.diff(np.append(leaf, N))
+        S = int(sizes.max())
+        pos = leaf[:, None] + np.arange(S)[None, :]
+        self.leaf_idx = np.where(np.arange(S)[None, :] < sizes[:, None],
+                                 perm[np.minimum(pos, N - 1)], -1)
+
+    @staticmethod
+    def starts(N: int, lev: int) -> np.ndarray:
+        t = np.arange(2**lev, dtype=np.int64)
+        return (t * N) // 2**lev
+
+    def f_ranges(self, F: np.ndarray | sp.csc_array) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Per level (root first): per row min and max of F over each node, (m, 2^l) arrays."""
+        lo, hi = segment_minmax(F, self.perm, self.starts(self.N, self.L))
+        lo, hi = _outward32(lo, -np.inf), _outward32(hi, np.inf)  # half the memory, still bounds
+        los, his = [lo], [hi]
+        for _ in range(self.L):
+            los.append(los[-1].reshape(lo.shape[0], -1, 2).min(axis=2))
+            his.append(his[-1].reshape(lo.shape[0], -1, 2).max(axis=2))
+        return los[::-1], his[::-1]
+
+    def box_lower(self, lev: int, a: np.ndarray, b: np.ndarray, index: GeometricIndex) -> np.ndarray:
+        lo, hi = self.lo[lev], self.hi[lev]
+        gap = np.maximum(np.maximum(lo[b] - hi[a], lo[a] - hi[b]), 0.0)
+        return index.lower(np.sqrt(np.einsum("pd,pd->p", gap, gap)))
+
+    def leaf_pairs(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """All element pairs (i < j) of the leaf pairs (a, b), a <= b (a == b: pairs within)."""
+        S = self.leaf_idx.shape[1]
+        I = np.broadcast_to(self.leaf_idx[a][:, :, None], (a.size, S, S))  # noqa: E741
+        J = np.broadcast_to(self.leaf_idx[b][:, None, :], (a.size, S, S))
+        valid = (I >= 0) & (J >= 0)
+        tri = np.triu(np.ones((S, S), bool), 1)
+        valid &= np.where((a == b)[:, None, None], tri[None], True)
+        i, j = I[valid], J[valid]
+        return np.minimum(i, j), np.maximum(i, j)
+
+
+def _outward32(x: np.ndarray, toward: float) -> np.ndarray:
+    """float32 copy of x rounded toward ``toward`` (-inf: never above x; +inf: never below), so
+    node ranges stay valid bounds; values beyond float32's range become +-inf (no pruning)."""
+    with np.errstate(over="ignore"):
+        y = x.astype(np.float32)
+    off = (y > x) if toward < 0 else (y < x)
+    return np.where(off, np.nextafter(y, np.float32(toward)), y)
+
+
+def _children(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Child node pairs at the next level: 4 for a < b, 3 (no mirror) for a == b."""
+    same = a == b
+    ca = np.concatenate([2 * a, 2 * a, 2 * a + 1, (2 * a + 1)[~same]])
+    cb = np.concatenate([2 * b, 2 * b + 1, 2 * b + 1, (2 * b)[~same]])
+    return ca, cb
+
+
+class _Evaluator:
+    """Exact ratios of given pairs (the same arithmetic as the full scan)."""
+
+    def __init__(self, F: np.ndarray | sp.csc_array, pair_eps: PairEps, u: np.ndarray | None,
+                 agg: str) -> None:
+        self.F, self.pair_eps, self.agg = F, pair_eps, agg
+        self.u = u
+        if u is not None:
+            self.fin = np.isfinite(u)
+            self.uf = u[self.fin]
+        self.count = 0
+
+    def absdiff(self, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+        return np.abs(take(self.F, i) - take(self.F, j))
+
+    def ratios(self, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+        """loss_ij / eps_ij; -1 for unconstrained (eps = inf) pairs."""
+        self.count += i.size
+        ad = self.absdiff(i, j)
+        assert self.u is not None
+        if self.agg == "sum":
+            num = self.uf @ ad[self.fin] if self.uf.size else np.zeros(i.size)
+        else:
+            num = (ad[self.fin] * self.uf[:, None]).max(axis=0, initial=0.0)
+        if not self.fin.all():
+            num = np.where((ad[~self.fin] > 0).any(axis=0), np.inf, num)
+        eps = self.pair_eps(i, j)
+        r = safe_ratio(num, eps)
+        return np.where(eps < np.inf, r, -1.0)
+
+    def row_ratios(self, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+        """|F_ki - F_kj| / eps_ij per row (m, P); -1 for unconstrained pairs."""
+        self.count += i.size
+        eps = self.pair_eps(i, j)
+        r = safe_ratio(self.absdiff(i, j), eps[None, :])
+        return np.where(eps[None, :] < np.inf, r, -1.0)
+
+
+def _node_bound(D: np.ndarray, u: np.ndarray, agg: str) -> np.ndarray:
+    fin = np.isfinite(u)
+    if agg == "sum":
+        num = u[fin] @ D[fin]
+    else:
+        num = (D[fin] * u[fin][:, None]).max(axis=0, initial=0.0)
+    if not fin.all():
+        num = np.where((D[~fin] > 0).any(axis=0), np.inf, num)
+    return num
+
+
+def _traverse(index: GeometricIndex, F: np.ndarray | sp.csc_array,
+              keep_fn: Callable[[int, np.ndarray, np.ndarray, np.ndarray], np.ndarray],
+              leaf_fn: Callable[[np.ndarray, np.ndarray], None]) -> int:
+    """Depth-first dual-tree walk; ``keep_fn(level, a, b, D)`` says which node pairs may hold a
+    better pair (D = the row bounds D_k(A, B), shape (m, P)); surviving leaf pairs go to
+    ``leaf_fn`` as element pairs. Returns the number of node pairs bounded."""
+    tree = index.tree
+    flo, fhi = tree.f_ranges(F)
+    s = min(tree.L, 3)
+    a0, b0 = np.triu_indices(2**s)
+    stack = [(s, a0.astype(np.int64), b0.astype(np.int64))]
+    visited = 0
+    while stack:
+        lev, a, b = stack.pop()
+        visited += a.size
+        hi_a, hi_b = fhi[lev][:, a].astype(float), fhi[lev][:, b].astype(float)
+        D = np.maximum(hi_a - flo[lev][:, b], hi_b - flo[lev][:, a])
+        keep = keep_fn(lev, a, b, D)
+        a, b = a[keep], b[keep]
+        if a.size == 0:
+            continue
+        if lev == tree.L:
+            S = tree.leaf_idx.shape[1]
+            step = max(1, _PAIR_CHUNK // (S * S))
+            for c in range(0, a.size, step):
+                leaf_fn(*tree.leaf_pairs(a[c:c + step], b[c:c + step]))
+            continue
+        ca, cb = _children(a, b)
+        step = max(256, _NODE_CELLS // max(F.shape[0], 1))
+        for c in range(0, ca.size, step):
+            stack.append((lev + 1, ca[c:c + step], cb[c:c + step]))
+    return visited
+
+
+def _batches(i: np.ndarray, j: np.ndarray, m: int):  # noqa: ANN202
+    step = max(1, _PAIR_CHUNK * 4 // max(m, 1))
+    for c in range(0, i.size, step):
+        yield i[c:c + step], j[c:c + step]
+
+
+def pruned_scan(index: GeometricIndex, F: np.ndarray | sp.csc_array, u: np.ndarray,
+                pair_eps: PairEps, n_pairs: int, *, k: int = 0, agg: str = "sum") -> ScanResult:
+    """Maximum and k largest of ``loss_ij / eps_ij`` over all pairs, by branch and bound.
+
+    Parameters
+    ----------
+    index : the metric's geometric index (bound (1) must hold for ``pair_eps``).
+    F : (m, N) dense or CSC query matrix. u : (m,) precisions (inf allowed).
+    pair_eps : exact budgets of given pairs (i, j) -> eps_ij (inf = unconstrained).
+    n_pairs : number of constrained pairs (reported). k : how many top pairs to return.
+    agg : "sum" (Laplace, Theorem 1) or "max" (exponential mechanisms).
+
+    Returns
+    -------
+    ScanResult equal to the full scan's (the top-k may omit pairs of ratio 0).
+    """
+    t0 = time.perf_counter()
+    ev = _Evaluator(F, pair_eps, u, agg)
+    top = TopK(max(int(k), 1))
+    m = F.shape[0]
+
+    def leaf_fn(i: np.ndarray, j: np.ndarray) -> None:
+        for bi, bj in _batches(i, j, m):
+            top.add(bi, bj, ev.ratios(bi, bj))
+
+    leaf_fn(*index.neighbour_pairs())
+
+    def keep_fn(lev: int, a: np.ndarray, b: np.ndarray, D: np.ndarray) -> np.ndarray:
+        ub = safe_ratio(_node_bound(D, u, agg), index.tree.box_lower(lev, a, b, index))
+        return ub * _UB_SLACK > top.threshold()
+
+    visited = _traverse(index, F, keep_fn, leaf_fn)
+    ti, tj, tr = top.result()
+    best = float(tr[0]) if tr.size else 0.0
+    worst = (int(ti[0]), int(tj[0])) if tr.size else None
+    if k <= 0:
+        ti, tj, tr = ti[:0], tj[:0], tr[:0]
+    else:
+        ti, tj, tr = ti[:k], tj[:k], tr[:k]
+    logger.debug("pruned scan: N=%d m=%d k=%d, %d node pairs, %d of %d pairs exact, %.3f s",
+                 index.N, m, k, visited, ev.count, n_pairs, time.perf_counter() - t0)
+    return ScanResult(best, worst if n_pairs else None, (ti, tj, tr), n_pairs, ev.count, "pruned")
+
+
+def pruned_row_lipschitz(index: GeometricIndex, F: np.ndarray | sp.csc_array, pair_eps: PairEps
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Per row k: ``c_k = max_ij |F_ki - F_kj| / eps_ij`` and its pair, by branch and bound
+    (per-row bound ``D_k(A, B) / g(delta_AB)``). Returns (c, i, j, pairs evaluated)."""
+    t0 = time.perf_counter()
+    m = F.shape[0]
+    c = np.zeros(m)
+    bi = np.full(m, -1, np.int64)
+    bj = np.full(m, -1, np.int64)
+    ev = _Evaluator(F, pair_eps, None, "sum")
+
+    def leaf_fn(i: np.ndarray, j: np.ndarray) -> None:
+        for pi, pj in _batches(i, j, m):
+            R = ev.row_ratios(pi, pj)
+            if R.shape[1] == 0:
+                continue
+            arg = np.argmax(R, axis=1)
+            val = R[np.arange(m), arg]
+            better = val > c
+            c[better] = val[better]
+            bi[better], bj[better] = pi[arg[better]], pj[arg[better]]
+
+    leaf_fn(*index.neighbour_pairs())
+
+    def keep_fn(lev: int, a: np.ndarray, b: np.ndarray, D: np.ndarray) -> np.ndarray:
+        ub = safe_ratio(D, index.tree.box_lower(lev, a, b, index)[None, :])
+        return np.asarray((ub * _UB_SLACK > c[:, None]).any(axis=0))
+
+    visited = _traverse(index, F, keep_fn, leaf_fn)
+    logger.debug("pruned row Lipschitz: N=%d m=%d, %d node pairs, %d pairs exact, %.3f s",
+                 index.N, m, visited, ev.count, time.perf_counter() - t0)
+    return c, bi, bj, ev.count
+
+
+def min_positive_eps(index: GeometricIndex, pair_eps: PairEps) -> float:
+    """Smallest positive eps_ij over all pairs (inf if none), exactly: the nearest neighbours of
+    the distinct points give an upper bound b; by (1) every pair with eps_ij <= b has
+    ``||phi_i - phi_j|| <= (b / scale + atol) / (1 - rtol)``, and all such pairs are evaluated."""
+    P = index.points
+    uniq, first = np.unique(P, axis=0, return_index=True)
+    if uniq.shape[0] < 2:
+        return float("inf")
+    tree = cKDTree(uniq)
+    nb = np.asarray(tree.query(uniq, k=2)[1])
+    i, j = first, first[nb[:, 1]]
+    e = pair_eps(np.minimum(i, j), np.maximum(i, j))
+    e = e[(e > 0) & (e < np.inf)]
+    best = float(e.min()) if e.size else np.inf
+    if index.scale <= 0 or not np.isfinite(best):
+        return best  # pragma: no cover - no usable bound; every budget is 0 or inf
+    r = (best / index.scale + index.atol) / (1.0 - index.rtol)
+    pairs = tree.query_pairs(r * (1 + 1e-12), output_type="ndarray")
+    if pairs.size:
+        a, b = first[pairs[:, 0]], first[pairs[:, 1]]
+        e = pair_eps(np.minimum(a, b), np.maximum(a, b))
+        e = e[(e > 0) & (e < np.inf)]
+        if e.size:
+            best = min(best, float(e.min()))
+    return best
