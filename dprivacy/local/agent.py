@@ -15,6 +15,8 @@ For a query ⟨t, pre, T, post⟩ the agent
    this block always lasts ``t`` seconds;
 5. runs ``post`` on T's output (builtin or sandboxed; it never sees the data) and replies.
 
+``pre`` and ``post`` receive the public seed ``derive_seed(query.seed, user)`` (the same for both).
+
 What the analyst sees (reply, status, rejection reason, timing) depends on the data only
 through T's output. Privacy condition: the user's loss is at most the sum of the costs charged
 to their budgets (Paper IV Prop. 2 and Theorems 1-3).
@@ -32,7 +34,7 @@ import numpy as np
 
 from dprivacy.errors import DPrivacyError, ValidationError
 from dprivacy.local.budget import PersonalBudget
-from dprivacy.local.builtins import POSTS, PRES
+from dprivacy.local.builtins import POSTS, PRES, derive_seed
 from dprivacy.local.policy import PublicPolicy
 from dprivacy.local.query import Code, Query
 from dprivacy.local.sandbox import Sandbox, SandboxUnavailableError
@@ -208,7 +210,7 @@ class UserAgent:
 
     def _call(self, code: Code, table: Mapping[str, Any], args: list[Any], q: Query) -> tuple[bool, Any]:
         """Run a builtin or sandboxed processor; (False, None) on any failure."""
-        params, seed = dict(q.params), q.seed
+        params, seed = dict(q.params), derive_seed(q.seed, self.user)
         try:
             if code.is_builtin:
                 return True, table[str(code.name)](args[0], params, seed, self._rng)

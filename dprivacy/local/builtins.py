@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["POSTS", "PRES", "bloom_bit", "public_index", "rr_scale"]
+__all__ = ["POSTS", "PRES", "bloom_bit", "derive_seed", "public_index", "rr_scale"]
 
 Pre = Callable[[Mapping[str, Any], Mapping[str, Any], "int | None", np.random.Generator], Any]
 Post = Callable[[Any, Mapping[str, Any], "int | None", np.random.Generator], Any]
@@ -37,11 +37,31 @@ def rr_scale(eps: float) -> float:
     return (math.exp(eps) + 1) / (math.exp(eps) - 1)
 
 
+def derive_seed(seed: int | None, user: str) -> int | None:
+    """The public seed one user's processors see: sha256 of the query seed and the user's id.
+
+    Each user thus draws independent public randomness (Bassily–Smith's j) that the aggregator
+    can recompute from the seed and the id.
+
+    Examples
+    --------
+    >>> derive_seed(7, "u1") == derive_seed(7, "u1") != derive_seed(7, "u2")
+    True
+    """
+    if seed is None:
+        return None
+    return int.from_bytes(hashlib.sha256(f"{seed}:{user}".encode()).digest()[:8], "big")
+
+
 def public_index(seed: int | None, m: int) -> int:
-    """The public coordinate j in [0, m) drawn from the shared seed (Paper IV Alg. 3, line 1)."""
+    """The public coordinate j in [0, m) from the shared seed (Paper IV Alg. 3, line 1).
+
+    The seed each user sees is already a 64-bit hash (:func:`derive_seed`), so ``seed mod m`` is
+    uniform up to ``m / 2^64``.
+    """
     if seed is None:
         raise ValueError("this processor needs the query's public seed")
-    return int(np.random.default_rng(seed).integers(m))
+    return int(seed) % int(m)
 
 
 def bloom_bit(value: Any, k: int, cohort: int = 0) -> int:

@@ -65,7 +65,8 @@ class Code:
     @classmethod
     def from_dict(cls, d: Any) -> Code:
         if not isinstance(d, Mapping):
-            raise ValidationError("a processor is a JSON object {'builtin': name} or {'code': ..., 'entry': ...}")
+            raise ValidationError(
+                "a processor is a JSON object {'builtin': name} or {'code': ..., 'entry': ...}")
         if "builtin" in d:
             return cls(name=str(d["builtin"]))
         if "code" in d:
