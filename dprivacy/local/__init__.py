@@ -19,14 +19,15 @@ from dprivacy.local.cost import (
     sequential_cost,
     validate_stochastic,
 )
+from dprivacy.local.dx_randomiser import OptimalRandomiser, optimal_randomiser
 from dprivacy.local.policy import PublicPolicy
 from dprivacy.local.query import Code, Query
 from dprivacy.local.randomiser import MatrixRandomiser, ProductRandomiser, Randomiser, randomiser_from_json
 from dprivacy.local.sandbox import Outcome, Sandbox, SandboxUnavailableError
 
 __all__ = [
-    "Code", "DXCheck", "MatrixRandomiser", "Outcome", "PersonalBudget", "ProductRandomiser",
+    "Code", "DXCheck", "MatrixRandomiser", "OptimalRandomiser", "Outcome", "PersonalBudget", "ProductRandomiser",
     "PublicPolicy", "Query", "Randomiser", "Sandbox", "SandboxUnavailableError", "UserAgent",
-    "check_dx", "cost", "dx_cost", "pair_loss", "product_cost", "randomiser_from_json",
+    "check_dx", "cost", "dx_cost", "optimal_randomiser", "pair_loss", "product_cost", "randomiser_from_json",
     "require_non_expansive", "sequential_cost", "validate_stochastic",
 ]

@@ -102,8 +102,8 @@ def test_sandboxed_query_over_http(server, tmp_path: Path) -> None:
     with httpx.Client(base_url=server.url, timeout=30) as c:
         publish(c, q)
         for i in range(6):
-            a = UserAgent(f"s{i}", {"v": 10 * (i % 2)}, PersonalBudget(tmp_path / "l.sqlite", f"s{i}", total=5.0),
-                          sandbox=sb, pad=False, rng=i)
+            b = PersonalBudget(tmp_path / "l.sqlite", f"s{i}", total=5.0)
+            a = UserAgent(f"s{i}", {"v": 10 * (i % 2)}, b, sandbox=sb, pad=False, rng=i)
             poll_once(c, a)
         out = collect(c, "sb")
     assert len(out) == 6 and all(r["status"] == "ok" and r["result"] in ("yes", "no") for r in out)
