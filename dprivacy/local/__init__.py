@@ -26,8 +26,8 @@ from dprivacy.local.randomiser import MatrixRandomiser, ProductRandomiser, Rando
 from dprivacy.local.sandbox import Outcome, Sandbox, SandboxUnavailableError
 
 __all__ = [
-    "Code", "DXCheck", "MatrixRandomiser", "OptimalRandomiser", "Outcome", "PersonalBudget", "ProductRandomiser",
-    "PublicPolicy", "Query", "Randomiser", "Sandbox", "SandboxUnavailableError", "UserAgent",
-    "check_dx", "cost", "dx_cost", "optimal_randomiser", "pair_loss", "product_cost", "randomiser_from_json",
-    "require_non_expansive", "sequential_cost", "validate_stochastic",
+    "Code", "DXCheck", "MatrixRandomiser", "OptimalRandomiser", "Outcome", "PersonalBudget",
+    "ProductRandomiser", "PublicPolicy", "Query", "Randomiser", "Sandbox", "SandboxUnavailableError",
+    "UserAgent", "check_dx", "cost", "dx_cost", "optimal_randomiser", "pair_loss", "product_cost",
+    "randomiser_from_json", "require_non_expansive", "sequential_cost", "validate_stochastic",
 ]
