@@ -206,7 +206,7 @@ def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
     --------
     >>> d = np.abs(np.subtract.outer(np.arange(3.0), np.arange(3.0)))
     >>> r = solve_dx_lp(1.0 * d, d)
-    >>> bool(np.allclose(r.T.sum(axis=1), 1)) and r.expected_loss < d.mean()
+    >>> bool(np.allclose(r.T.sum(axis=1), 1) and r.expected_loss < d.mean())
     True
     """
     e = np.asarray(eps, dtype=float)

@@ -70,7 +70,7 @@ def create_app(store: AggregatorStore | None = None) -> Any:
     Examples
     --------
     >>> app = create_app()
-    >>> sorted(r.path for r in app.routes if r.path.startswith(("/q", "/r")))
+    >>> sorted(r.path for r in app.routes if r.path.startswith(("/queries", "/replies")))
     ['/queries', '/queries', '/replies', '/replies/{qid}']
     """
     from fastapi import Body, FastAPI, HTTPException
