@@ -148,3 +148,28 @@ def test_pre_processing_for_dx_needs_non_expansive_pre() -> None:
     ok = check_dx(T, d)
     assert ok.ok
     assert not check_dx(T[[0, 3, 1, 2]], d).ok
+
+
+def test_cli_cost(tmp_path, capsys) -> None:
+    from dprivacy.local.cli import main
+
+    t = tmp_path / "T.csv"
+    np.savetxt(t, [[0.75, 0.25], [0.25, 0.75]], delimiter=",")
+    assert main(["cost", str(t)]) == 0
+    assert "1.09861228867" in capsys.readouterr().out
+    d = tmp_path / "D.csv"
+    np.savetxt(d, [[0.0, 1.0], [1.0, 0.0]], delimiter=",")
+    assert main(["cost", str(t), "--metric", str(d)]) == 1  # ln 3 > 1: violated
+    np.savetxt(t, [[1.0, 0.0], [0.5, 0.5]], delimiter=",")
+    assert main(["cost", str(t)]) == 1 and "inf" in capsys.readouterr().out
+
+
+def test_register_adds_local_command() -> None:
+    import argparse
+
+    from dprivacy.local.cli import register
+
+    p = argparse.ArgumentParser()
+    register(p.add_subparsers(dest="command"))
+    args = p.parse_args(["local", "cost", "T.csv"])
+    assert args.local_command == "cost" and callable(args.func)
