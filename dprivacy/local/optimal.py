@@ -24,6 +24,7 @@ Privacy condition: ``T[x, z] <= exp(eps[x, x']) T[x', z]`` for all x, x', z.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,8 @@ import scipy.sparse as sp
 from scipy.optimize import linprog
 
 __all__ = ["LPResult", "solve_dx_lp", "constraint_pairs"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -244,6 +247,9 @@ def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
     else:
         raise ValueError(f"method = {method!r}: use 'cutting_planes' or 'direct'")
     solve = time.perf_counter() - t1
+    if "ptimal" not in str(info["status"]):
+        log.warning("the LP stopped before optimality (%s): the repaired T is private but its loss "
+                    "may be far from optimal", info["status"])
     T, lam = _repair(Tx, x, y, b)  # noqa: N806
     T.setflags(write=False)
     return LPResult(T=T, expected_loss=float(np.sum(pi[:, None] * T * L)), lp_objective=fun,
