@@ -1,0 +1,33 @@
+"""The local model of PreTPost (Ebadi & Sands, thesis Papers IV-V) and optimal d_X-local randomisers.
+
+A user runs ``post ∘ T ∘ pre`` on their own data after pricing the right-stochastic matrix ``T``
+(:func:`cost`) against their personal budget; analyst code runs in an OS sandbox. The optimal
+d_X-locally-private ``T`` for a metric on the user's domain is a linear program
+(:func:`optimal_randomiser`). See docs/local.md and the README's local-model section.
+"""
+
+from dprivacy.local.agent import UserAgent
+from dprivacy.local.budget import PersonalBudget
+from dprivacy.local.cost import (
+    DXCheck,
+    check_dx,
+    cost,
+    dx_cost,
+    pair_loss,
+    product_cost,
+    require_non_expansive,
+    sequential_cost,
+    validate_stochastic,
+)
+from dprivacy.local.dx_randomiser import OptimalRandomiser, optimal_randomiser
+from dprivacy.local.policy import PublicPolicy
+from dprivacy.local.query import Code, Query
+from dprivacy.local.randomiser import MatrixRandomiser, ProductRandomiser, Randomiser, randomiser_from_json
+from dprivacy.local.sandbox import Outcome, Sandbox, SandboxUnavailableError
+
+__all__ = [
+    "Code", "DXCheck", "MatrixRandomiser", "OptimalRandomiser", "Outcome", "PersonalBudget",
+    "ProductRandomiser", "PublicPolicy", "Query", "Randomiser", "Sandbox", "SandboxUnavailableError",
+    "UserAgent", "check_dx", "cost", "dx_cost", "optimal_randomiser", "pair_loss", "product_cost",
+    "randomiser_from_json", "require_non_expansive", "sequential_cost", "validate_stochastic",
+]

@@ -1,0 +1,190 @@
+"""``dprivacy local serve | agent | cost | simulate``: the local model from the command line.
+
+``register(subparsers)`` adds the ``local`` command to the main ``dprivacy`` parser;
+``python -m dprivacy.local ...`` runs the same commands standalone.
+
+* ``serve``: the aggregator (uvicorn) on ``--host``/``--port`` (port 0 picks a free one; the
+  first line printed is ``listening on URL``).
+* ``agent``: one user's agent polling a server: data from a JSON file, a durable budget in an
+  SQLite ledger, sandboxed analyst code (refused where bubblewrap does not work).
+* ``cost T.csv``: cost(T) of a matrix file (Paper IV Def. 3), and with ``--metric D.csv`` the
+  d_X check of every pair.
+* ``simulate``: a server, N simulated users and a Warner query, end to end, in one command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["build_parser", "main", "register"]
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from dprivacy.local.server import create_app
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((args.host, args.port))
+    host, port = sock.getsockname()[:2]
+    print(f"listening on http://{host}:{port}", flush=True)
+    server = uvicorn.Server(uvicorn.Config(create_app(), log_level="warning", access_log=False))
+    server.run(sockets=[sock])
+    return 0
+
+
+def _cmd_agent(args: argparse.Namespace) -> int:
+    import httpx
+
+    from dprivacy.local.agent import UserAgent
+    from dprivacy.local.budget import PersonalBudget
+    from dprivacy.local.client import run_agent
+    from dprivacy.local.policy import PublicPolicy
+
+    with open(args.data) as fh:
+        data = json.load(fh)
+    per_field = json.loads(args.per_field) if args.per_field else None
+    budget = PersonalBudget(args.ledger, args.user, total=args.budget, per_field=per_field,
+                            per_event=args.per_event)
+    policy = PublicPolicy(allowed_fields=args.fields, max_cost=args.max_cost)
+    agent = UserAgent(args.user, data, budget, policy=policy, sandbox="auto", pad=not args.no_pad)
+    with httpx.Client(base_url=args.server, timeout=60) as c:
+        run_agent(c, agent, interval=args.interval, polls=args.polls)
+    print(json.dumps({"user": args.user, "remaining": agent.remaining(),
+                      "answered": sorted(agent.history)}))
+    return 0
+
+
+def _read_matrix(path: str) -> np.ndarray:
+    return np.loadtxt(path, delimiter=",", ndmin=2)
+
+
+def _cmd_cost(args: argparse.Namespace) -> int:
+    from dprivacy.local.cost import check_dx, cost
+
+    T = _read_matrix(args.matrix)  # noqa: N806
+    c = cost(T)
+    print(f"cost(T) = {c:.12g}" + ("  (a column has a zero: refused)" if math.isinf(c) else ""))
+    if args.metric:
+        res = check_dx(T, _read_matrix(args.metric))
+        x, y = res.worst
+        print(f"d_X check: {'ok' if res.ok else 'VIOLATED'}; worst pair ({x}, {y}): loss "
+              f"{res.loss:.6g} vs budget {res.eps:.6g}")
+        return 0 if res.ok else 1
+    return 0 if math.isfinite(c) else 1
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    import tempfile
+    from pathlib import Path
+
+    import httpx
+
+    from dprivacy.local.agent import UserAgent
+    from dprivacy.local.budget import PersonalBudget
+    from dprivacy.local.case_studies import warner_estimate, warner_query
+    from dprivacy.local.client import collect, publish, run_server, simulate_users
+    from dprivacy.local.server import create_app
+
+    rng = np.random.default_rng(args.seed)
+    truth = rng.random(args.users) < args.share
+    t0 = time.perf_counter()
+    srv = run_server(create_app(), "127.0.0.1")
+    q = warner_query("share", args.eps, "answer", ["yes", "no"])
+    try:
+        with tempfile.TemporaryDirectory() as tmp, httpx.Client(base_url=srv.url, timeout=60) as c:
+            publish(c, q)
+            ledger = Path(tmp) / "budgets.sqlite"
+
+            def agent(i: int) -> UserAgent:
+                return UserAgent(f"u{i}", {"answer": "yes" if truth[i] else "no"},
+                                 PersonalBudget(ledger, f"u{i}", total=args.budget), sandbox=None,
+                                 pad=False, rng=int(rng.integers(2**32)) + i)
+
+            simulate_users(srv.url, range(args.users), agent, workers=args.workers)
+            replies = collect(c, q.id)
+    finally:
+        srv.stop()
+    ok = [r["result"] for r in replies if r["status"] == "ok"]
+    est = warner_estimate(ok, q.T.matrix, ["yes", "no"])[0]
+    print(json.dumps({"users": args.users, "answered": len(ok), "true_share": float(truth.mean()),
+                      "estimate": float(est), "seconds": round(time.perf_counter() - t0, 2)}))
+    return 0
+
+
+def _add(sub: Any) -> None:
+    s = sub.add_parser("serve", help="run the aggregator (HTTP, JSON)")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    s.set_defaults(local_func=_cmd_serve)
+
+    s = sub.add_parser("agent", help="run one user's agent against a server")
+    s.add_argument("--server", required=True, help="aggregator URL")
+    s.add_argument("--user", required=True)
+    s.add_argument("--data", required=True, help="JSON object of the user's private fields")
+    s.add_argument("--ledger", required=True, help="SQLite file of the durable budget")
+    s.add_argument("--budget", type=float, default=None, help="total budget")
+    s.add_argument("--per-field", default=None, help='JSON, e.g. {"age": 0.5}')
+    s.add_argument("--per-event", type=float, default=None)
+    s.add_argument("--fields", nargs="*", default=None, help="fields offered (default all)")
+    s.add_argument("--max-cost", type=float, default=math.inf)
+    s.add_argument("--interval", type=float, default=1.0)
+    s.add_argument("--polls", type=int, default=None, help="stop after this many polls")
+    s.add_argument("--no-pad", action="store_true", help="do not pad pre to its time bound")
+    s.set_defaults(local_func=_cmd_agent)
+
+    s = sub.add_parser("cost", help="cost(T) of a matrix CSV (and its d_X check)")
+    s.add_argument("matrix", help="CSV of the right-stochastic matrix T (rows = inputs)")
+    s.add_argument("--metric", default=None, help="CSV of the budget matrix eps[x, x']")
+    s.set_defaults(local_func=_cmd_cost)
+
+    s = sub.add_parser("simulate", help="server + simulated users + a Warner query, end to end")
+    s.add_argument("--users", type=int, default=500)
+    s.add_argument("--eps", type=float, default=1.0)
+    s.add_argument("--share", type=float, default=0.3, help="true share of 'yes'")
+    s.add_argument("--budget", type=float, default=2.0)
+    s.add_argument("--workers", type=int, default=2)
+    s.add_argument("--seed", type=int, default=0)
+    s.set_defaults(local_func=_cmd_simulate)
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``local`` command (with its sub-commands) to a ``dprivacy`` subparsers object."""
+    p = subparsers.add_parser("local", help="local model (PreTPost): serve, agent, cost, simulate",
+                              description=__doc__.split("\n\n")[0])
+    _add(p.add_subparsers(dest="local_command", metavar="LOCAL_COMMAND", required=True))
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """Dispatch a parsed ``local`` command."""
+    return int(args.local_func(args))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m dprivacy.local", description=__doc__.split("\n\n")[0])
+    _add(p.add_subparsers(dest="local_command", metavar="COMMAND", required=True))
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Standalone entry point (``python -m dprivacy.local``)."""
+    from dprivacy.errors import DPrivacyError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args)
+    except (DPrivacyError, OSError, ValueError) as exc:
+        print(f"dprivacy local {args.local_command}: error: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,230 @@
+"""Run an analyst's ``pre`` / ``post`` code in an OS sandbox (bubblewrap) with time and memory bounds.
+
+PreTPost executes analyst code on the user's machine (Paper IV §3.4, Paper V §5; the prototype
+used Nsjail). Here each call is a fresh Python interpreter started by ``bwrap`` with
+
+* no network and no other namespaces shared (``--unshare-all``: net, pid, ipc, uts, user, cgroup);
+* a read-only filesystem that holds only the interpreter and its standard library (no home,
+  no ``/tmp``, no user data: the only data the code sees is its argument, sent on stdin);
+* resource limits set before ``exec`` (``setrlimit``): address space (memory bound), CPU
+  seconds, written file size (bounds the output), open files;
+* a wall-clock time bound ``t``: the process group is killed at ``t``; with ``pad=True`` every
+  call takes ``t`` seconds whatever the code does (the timing channel of Paper IV §3.4).
+
+The code receives JSON and must return JSON. Any failure (exception, time-out, memory, bad
+output, killed) is reported as ``Outcome(ok=False)``; the agent then substitutes a random
+domain element, so no failure is ever visible to the analyst.
+
+Where ``bwrap`` is missing or does not work, :class:`Sandbox` raises
+:class:`SandboxUnavailableError` and the agent refuses queries that carry analyst code: analyst
+code never runs unsandboxed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from dprivacy.errors import DPrivacyError, ValidationError
+
+__all__ = ["Outcome", "Sandbox", "SandboxUnavailableError"]
+
+log = logging.getLogger(__name__)
+
+#: Largest output (bytes) a sandboxed call may write; beyond it the call fails.
+MAX_OUTPUT = 1 << 20
+
+_RUNNER = r"""
+import json, sys
+req = json.loads(sys.stdin.read())
+ns = {"__name__": "analyst", "__builtins__": __builtins__}
+exec(compile(req["code"], "<analyst>", "exec"), ns)
+out = ns[req["entry"]](*req["args"])
+sys.stdout.write("\n\x1eRESULT" + json.dumps(out, allow_nan=False))
+sys.stdout.flush()
+"""
+_MARK = "\n\x1eRESULT"
+
+
+class SandboxUnavailableError(DPrivacyError):
+    """No working OS sandbox: the agent must refuse analyst code rather than run it unsandboxed."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Result of one sandboxed call. ``reason`` is for the user's own log, never for the analyst."""
+
+    ok: bool
+    value: Any = None
+    reason: str = ""
+
+
+def _limits(memory_bytes: int, cpu_seconds: int) -> Any:
+    def apply() -> None:  # runs in the child between fork and exec
+        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_OUTPUT, MAX_OUTPUT))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (32, 32))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    return apply
+
+
+class Sandbox:
+    """A bubblewrap sandbox for analyst functions.
+
+    Parameters
+    ----------
+    bwrap : str, optional
+        Path of the ``bwrap`` binary (default: found on PATH).
+    python : str, optional
+        Interpreter to run inside (default: the base interpreter of this Python, stdlib only).
+    pad : bool
+        Make every call last its full time bound (constant time; default True).
+    probe : bool
+        Run one trivial call now and raise :class:`SandboxUnavailableError` if it fails.
+
+    Examples
+    --------
+    >>> sb = Sandbox(pad=False)
+    >>> sb.run("def pre(x):\\n    return x + 1", "pre", [41], time_limit=5.0).value
+    42
+    """
+
+    def __init__(self, bwrap: str | None = None, python: str | None = None, *, pad: bool = True,
+                 probe: bool = True) -> None:
+        exe = bwrap or shutil.which("bwrap")
+        if exe is None or not os.access(exe, os.X_OK):
+            raise SandboxUnavailableError(
+                "bubblewrap (bwrap) is not installed: install it (e.g. apt-get install bubblewrap); "
+                "without a sandbox the agent refuses to run analyst code"
+            )
+        self.bwrap = exe
+        py = python or os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+        self.python = os.path.realpath(py)
+        self.pad = bool(pad)
+        prefix = os.path.realpath(sys.base_prefix) if python is None else os.path.dirname(
+            os.path.dirname(self.python))
+        self._binds = [p for p in ("/usr", prefix) if os.path.isdir(p)]
+        if probe:
+            out = self.run("def f(x):\n    return x + 1\n", "f", [1], time_limit=10.0,
+                           memory_mb=512, pad=False)
+            if not (out.ok and out.value == 2):
+                raise SandboxUnavailableError(
+                    f"bubblewrap at {exe} does not work here ({out.reason}); analyst code is refused "
+                    "rather than run unsandboxed (user namespaces may be disabled)"
+                )
+
+    def command(self) -> list[str]:
+        """The ``bwrap`` command line (for inspection and logs)."""
+        cmd = [self.bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
+               "--setenv", "PATH", "/usr/bin", "--setenv", "PYTHONHASHSEED", "0"]
+        for p in self._binds:
+            cmd += ["--ro-bind", p, p]
+        for link, target in (("/lib", "usr/lib"), ("/lib64", "usr/lib64"), ("/bin", "usr/bin")):
+            if os.path.islink(link) or not os.path.exists(link):
+                cmd += ["--symlink", target, link]
+            else:
+                cmd += ["--ro-bind", link, link]
+        cmd += ["--proc", "/proc", "--dev", "/dev", "--chdir", "/", "--remount-ro", "/",
+                self.python, "-I", "-S", "-c", _RUNNER]
+        return cmd
+
+    def run(self, code: str, entry: str, args: list[Any], *, time_limit: float,
+            memory_mb: int = 256, pad: bool | None = None) -> Outcome:
+        """Run ``entry(*args)`` defined by ``code`` in the sandbox.
+
+        Parameters
+        ----------
+        code : str
+            Python source (standard library only) defining ``entry``.
+        entry : str
+            Name of the function to call.
+        args : list
+            JSON-serialisable arguments.
+        time_limit : float
+            Wall-clock bound in seconds (``t`` of the query).
+        memory_mb : int
+            Address-space bound in MiB.
+        pad : bool, optional
+            Override the sandbox's padding.
+
+        Returns
+        -------
+        Outcome
+            ``ok=True`` with the JSON result, or ``ok=False`` with a reason (never raised).
+        """
+        if not isinstance(code, str) or not isinstance(entry, str):
+            raise ValidationError("sandboxed code and entry point must be strings")
+        if not (isinstance(time_limit, (int, float)) and 0 < time_limit <= 3600):
+            raise ValidationError(f"time_limit = {time_limit!r}: expected seconds in (0, 3600]")
+        if not (isinstance(memory_mb, int) and 16 <= memory_mb <= 1 << 16):
+            raise ValidationError(f"memory_mb = {memory_mb!r}: expected an integer in [16, 65536]")
+        pad = self.pad if pad is None else pad
+        try:
+            payload = json.dumps({"code": code, "entry": entry, "args": args}, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ValidationError(f"sandbox arguments are not JSON: {exc}") from exc
+        start = time.monotonic()
+        try:
+            out = self._exec(payload, time_limit, memory_mb)
+        finally:
+            if pad:
+                left = time_limit - (time.monotonic() - start)
+                if left > 0:
+                    time.sleep(left)
+        return out
+
+    def _exec(self, payload: str, time_limit: float, memory_mb: int) -> Outcome:
+        cpu = max(1, int(time_limit) + 1)
+        with tempfile.TemporaryFile() as fin, tempfile.TemporaryFile() as fout:
+            fin.write(payload.encode())
+            fin.seek(0)
+            try:
+                proc = subprocess.Popen(
+                    self.command(), stdin=fin, stdout=fout, stderr=subprocess.DEVNULL,
+                    preexec_fn=_limits(memory_mb << 20, cpu), start_new_session=True,
+                    close_fds=True,
+                )
+            except OSError as exc:
+                return Outcome(False, reason=f"could not start bwrap: {exc}")
+            try:
+                rc = proc.wait(timeout=time_limit)
+            except subprocess.TimeoutExpired:
+                _kill(proc)
+                return Outcome(False, reason=f"time-out after {time_limit} s")
+            finally:
+                if proc.poll() is None:
+                    _kill(proc)
+            if rc != 0:
+                return Outcome(False, reason=f"exit status {rc}")
+            fout.seek(0)
+            raw = fout.read(MAX_OUTPUT + 1)
+        text = raw.decode("utf-8", errors="replace")
+        k = text.rfind(_MARK)
+        if k < 0:
+            return Outcome(False, reason="no result written")
+        try:
+            return Outcome(True, json.loads(text[k + len(_MARK):]))
+        except ValueError:
+            return Outcome(False, reason="result is not JSON")
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:  # pragma: no cover
+        log.warning("sandbox process %d did not exit after SIGKILL", proc.pid)

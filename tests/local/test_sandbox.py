@@ -1,0 +1,136 @@
+"""Analyst code is contained by the bubblewrap sandbox and mapped to a random domain element."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dprivacy.local import (
+    Code,
+    MatrixRandomiser,
+    PersonalBudget,
+    Query,
+    Sandbox,
+    SandboxUnavailableError,
+    UserAgent,
+)
+from dprivacy.local.case_studies import rr_matrix
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Sandbox:
+    return Sandbox(pad=False)  # bubblewrap is a test requirement (CI installs it)
+
+
+def test_plain_code_runs(sandbox: Sandbox) -> None:
+    out = sandbox.run("def f(d, p, s):\n    return [d['x'] * 2, p['k'], s]", "f", [{"x": 21}, {"k": 1}, 5],
+                      time_limit=5.0)
+    assert out.ok and out.value == [42, 1, 5]
+
+
+def test_reading_a_file_is_contained(sandbox: Sandbox, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("s3cret")
+    for path in (secret, Path("/etc/hostname"), Path(__file__)):
+        code = f"def f(d, p, s):\n    return open({str(path)!r}).read()"
+        out = sandbox.run(code, "f", [{}, {}, None], time_limit=5.0)
+        assert not out.ok
+    listing = sandbox.run("import os\ndef f(d, p, s):\n    return os.listdir('/')", "f", [{}, {}, None],
+                          time_limit=5.0)
+    assert listing.ok and not {"tmp", "work", "home", "etc"} & set(listing.value)
+    write = sandbox.run("def f(d, p, s):\n    open('/usr/x', 'w').write('a')\n    return 1", "f",
+                        [{}, {}, None], time_limit=5.0)
+    assert not write.ok
+
+
+def test_opening_a_socket_is_contained(sandbox: Sandbox) -> None:
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    code = ("import socket\ndef f(d, p, s):\n"
+            f"    c = socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+            "    c.sendall(str(d).encode())\n    return 1")
+    out = sandbox.run(code, "f", [{"x": "private"}, {}, None], time_limit=5.0)
+    srv.settimeout(0.2)  # a connection made from the sandbox would wait in the backlog
+    with pytest.raises(socket.timeout):
+        srv.accept()
+    srv.close()
+    assert not out.ok
+
+
+def test_infinite_loop_and_memory_are_bounded(sandbox: Sandbox) -> None:
+    t0 = time.monotonic()
+    out = sandbox.run("def f(d, p, s):\n    while True:\n        pass", "f", [{}, {}, None], time_limit=0.6)
+    assert not out.ok and time.monotonic() - t0 < 5.0
+    out = sandbox.run("def f(d, p, s):\n    b = bytearray(2 * 10**9)\n    return len(b)", "f",
+                      [{}, {}, None], time_limit=5.0, memory_mb=128)
+    assert not out.ok
+    out = sandbox.run("def f(d, p, s):\n    print('x' * 5 * 10**6)\n    return 1", "f", [{}, {}, None],
+                      time_limit=5.0)
+    assert not out.ok  # output beyond 1 MiB
+
+
+def test_padding_makes_time_constant() -> None:
+    sb = Sandbox(pad=True)
+    t0 = time.monotonic()
+    sb.run("def f(d, p, s):\n    return 1", "f", [{}, {}, None], time_limit=0.5)
+    assert time.monotonic() - t0 >= 0.5
+
+
+def test_missing_bwrap_refused(tmp_path: Path) -> None:
+    with pytest.raises(SandboxUnavailableError):
+        Sandbox(bwrap=str(tmp_path / "no-bwrap"))
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\nexit 1\n")
+    fake.chmod(0o755)
+    with pytest.raises(SandboxUnavailableError):
+        Sandbox(bwrap=str(fake))
+
+
+ATTACKS = {
+    "file": "def pre(d, p, s):\n    return open({path!r}).read().strip()",
+    "socket": ("import socket\ndef pre(d, p, s):\n"
+               "    socket.create_connection(('1.1.1.1', 80), timeout=1)\n    return d['v']"),
+    "loop": "def pre(d, p, s):\n    while d['v'] == 'b':\n        pass\n    return d['v']",
+    "memory": "def pre(d, p, s):\n    x = bytearray(3 * 10**9) if d['v'] == 'b' else b''\n    return d['v']",
+    "error": "def pre(d, p, s):\n    return 1 / 0 if d['v'] == 'b' else d['v']",
+    "outside": "def pre(d, p, s):\n    return d['v'] + '!'",
+}
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_agent_maps_contained_code_to_random_element(attack: str, sandbox: Sandbox, tmp_path: Path) -> None:
+    """Differential: the same hostile program against users holding 'a' and 'b'.
+
+    T is nearly the identity on 10 values (cost 12), so its output shows pre's clamped value.
+    A contained attack yields a uniform element of the domain for the user it targets (4 runs
+    all equal: probability 1e-3), never an error; the other user's runs are unaffected.
+    """
+    secret = tmp_path / "secret"
+    secret.write_text("b")
+    code = ATTACKS[attack].format(path=str(secret))
+    cats = list("abcdefghij")
+    T = MatrixRandomiser(rr_matrix(12.0, len(cats)), inputs=cats, outputs=cats)  # noqa: N806
+    replies: dict[str, list] = {}
+    for value, runs in (("a", 2), ("b", 4)):
+        budget = PersonalBudget(":memory:", f"user-{value}", total=1e4)
+        agent = UserAgent(f"user-{value}", {"v": value}, budget, sandbox=sandbox, pad=False,
+                          rng=np.random.default_rng(1))
+        out = []
+        for k in range(runs):
+            t = 1.0 if attack == "loop" else 3.0  # generous: a loaded machine starts Python slowly
+            q = Query(f"{attack}{k}", T, Code.source(code), fields=("v",), t=t, memory_mb=256)
+            r = agent.handle(q)
+            assert r["status"] == "ok" and set(r) == {"query", "user", "status", "cost", "result", "post_ok"}
+            out.append(r["result"])
+        replies[value] = out
+    assert len(set(replies["b"])) >= 2  # "b" is targeted by every attack
+    if attack in ("loop", "memory", "error"):  # the untargeted user runs normally
+        assert replies["a"] == ["a", "a"]
+    else:
+        assert len(set(replies["a"] + replies["b"])) >= 3
