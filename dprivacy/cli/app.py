@@ -33,6 +33,7 @@ from dprivacy.errors import (
     DPrivacyError,
     PrivacyViolationError,
 )
+from dprivacy.local import cli as local_cli
 
 DESCRIPTION = """Design, verify and apply d_X-private Laplace mechanisms.
 
@@ -41,6 +42,7 @@ DESCRIPTION = """Design, verify and apply d_X-private Laplace mechanisms.
   verify     config + YOUR universe, metric and queries -> re-checks privacy (Theorem 1)
   release    verify, charge a budget ledger, and write noisy answers (eq. (5))
   reproduce  the paper's experiments (from a source checkout)
+  local      the local model (PreTPost): aggregator service, user agent, cost of a randomiser
 
 Privacy condition checked before anything is written or released (Theorem 1):
 sum_k beta_k w_k |F_ki - F_kj| <= eps_ij for every constrained pair (i, j)."""
@@ -48,7 +50,7 @@ sum_k beta_k w_k |F_ki - F_kj| <= eps_ij for every constrained pair (i, j)."""
 #: ``register(subparsers)`` functions, one per subcommand, in the order --help lists them.
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     cmd_demo.register, cmd_design.register, cmd_verify.register, cmd_release.register,
-    cmd_reproduce.register,
+    cmd_reproduce.register, local_cli.register,
 ]
 
 

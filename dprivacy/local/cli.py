@@ -46,13 +46,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def _cmd_agent(args: argparse.Namespace) -> int:
     import httpx
 
+    from dprivacy.cli.files import read_json
     from dprivacy.local.agent import UserAgent
     from dprivacy.local.budget import PersonalBudget
     from dprivacy.local.client import run_agent
     from dprivacy.local.policy import PublicPolicy
 
-    with open(args.data) as fh:
-        data = json.load(fh)
+    data = read_json(args.data, "--data")
     per_field = json.loads(args.per_field) if args.per_field else None
     budget = PersonalBudget(args.ledger, args.user, total=args.budget, per_field=per_field,
                             per_event=args.per_event)
@@ -65,18 +65,25 @@ def _cmd_agent(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_matrix(path: str) -> np.ndarray:
-    return np.loadtxt(path, delimiter=",", ndmin=2)
+def _read_matrix(path: str, flag: str) -> np.ndarray:
+    """A numeric CSV matrix (no header) through the CLI's checked readers: a missing, empty,
+    ragged or non-numeric file is a one-line input error naming ``flag`` and the file."""
+    from dprivacy.cli.files import _where, read_csv, to_numbers
+
+    df = read_csv(path, flag, header=False)
+    where = _where(flag, path)
+    cols = [to_numbers(df[c], f"column {k + 1}", where) for k, c in enumerate(df.columns)]
+    return np.column_stack(cols) if cols else np.zeros((0, 0))
 
 
 def _cmd_cost(args: argparse.Namespace) -> int:
     from dprivacy.local.cost import check_dx, cost
 
-    T = _read_matrix(args.matrix)  # noqa: N806
+    T = _read_matrix(args.matrix, "T.csv")  # noqa: N806
     c = cost(T)
     print(f"cost(T) = {c:.12g}" + ("  (a column has a zero: refused)" if math.isinf(c) else ""))
     if args.metric:
-        res = check_dx(T, _read_matrix(args.metric))
+        res = check_dx(T, _read_matrix(args.metric, "--metric"))
         x, y = res.worst
         print(f"d_X check: {'ok' if res.ok else 'VIOLATED'}; worst pair ({x}, {y}): loss "
               f"{res.loss:.6g} vs budget {res.eps:.6g}")

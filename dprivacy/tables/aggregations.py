@@ -39,10 +39,12 @@ from dprivacy.tables.params import eps_arg, frac_arg, range_arg
 from dprivacy.tables.randomness import NoiseSource
 from dprivacy.tables.relation import Relation, ValueSpec
 
-__all__ = ["Plan", "count_plan", "sum_plan", "average_plan", "order_statistic_plan",
+__all__ = ["Plan", "ScorePlan", "count_plan", "sum_plan", "average_plan", "order_statistic_plan",
            "exponential_plan", "value_spec"]
 
 Plan = Callable[[Relation, NoiseSource], Any]
+ScorePlan = Callable[[Relation, NoiseSource, Any], Any]
+"""A plan that also takes the analyst's score function (the exponential mechanism)."""
 
 
 def _scale(sens: float, eps: float) -> float:
@@ -138,7 +140,8 @@ def order_statistic_plan(eps: Any, frac: Any, f: ValueSpec, lo: Any, hi: Any
     return e, run
 
 
-def exponential_plan(eps: Any, candidates: Sequence[Any]) -> tuple[float, list[Any], Plan]:
+def exponential_plan(eps: Any, candidates: Sequence[Any]
+                     ) -> tuple[float, list[Any], ScorePlan]:
     """Exponential mechanism: candidate r with probability ∝ exp(ε·Σ_x clamp(score(x, r), 0, 1))
     (the score function is passed to the plan)."""
     e = eps_arg(eps)

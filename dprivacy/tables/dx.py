@@ -26,7 +26,7 @@ counted (ProPer), or the global budget covers s·max_i c_i before anything is co
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -75,7 +75,10 @@ class _Plan:
         from dprivacy import Design, DXLaplace, Workload
 
         F = workload.F if isinstance(workload, Workload) else workload
-        F = sp.csr_array(F, dtype=float, copy=True) if sp.issparse(F) else np.array(F, dtype=float)
+        # scipy-stubs has no csr_array overload for (any sparse input, dtype=float): cast as in
+        # dprivacy.workload._as_matrix
+        F = (sp.csr_array(cast(Any, F), dtype=cast(Any, float), copy=True) if sp.issparse(F)
+             else np.array(F, dtype=float))
         self.W = Workload(F)
         self.D = Design(w=np.array(design.w, dtype=float), beta=np.array(design.beta, dtype=float),
                         constraints=getattr(design, "constraints", None))

@@ -118,7 +118,7 @@ class LiveData:
             if not isinstance(new, dict) or not set(new) <= set(cols):
                 raise ValidationError(f"update's f must return a dict of columns among {cols}")
             for c, v in new.items():
-                df.iat[i, cols.index(c)] = v
+                df.iat[int(i), cols.index(c)] = v
         self._set(df, rel._all_ids())
 
     def set_refresh(self, f: Callable[[Any], Any]) -> None:

@@ -12,14 +12,14 @@ form that cannot fail, so no exception depends on the records.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, cast
 
 import numpy as np
 import pandas as pd
 
 from dprivacy.errors import ValidationError
 from dprivacy.tables import rowwise
-from dprivacy.tables.relation import ElementCosts, SampleKind, ValueSpec
+from dprivacy.tables.relation import ElementCosts, Relation, SampleKind, ValueSpec
 
 __all__ = ["PandasRelation", "as_frame"]
 
@@ -73,8 +73,18 @@ class PandasRelation:
         return np.full(len(self.df), -1, np.int64) if self.ids is None else self.ids
 
     @property
-    def columns(self) -> list[Hashable]:
-        return list(self.df.columns)
+    def columns(self) -> list[str]:
+        # pandas types labels as Hashable; the tables API names columns by str (labels of other
+        # types are passed through unchanged, as before)
+        return cast(list[str], list(self.df.columns))
+
+    @staticmethod
+    def _same(other: Relation, what: str) -> PandasRelation:
+        """``other`` as a PandasRelation, or a ValidationError (tables on different backends)."""
+        if not isinstance(other, PandasRelation):
+            raise ValidationError(f"{what}: both tables must use the pandas backend, got a "
+                                  f"{type(other).__name__}; open them with the same backend")
+        return other
 
     def check(self, f: Any) -> None:
         if not callable(f):
@@ -132,7 +142,7 @@ class PandasRelation:
             arr[i] = v
         return arr
 
-    def partition(self, keys: Sequence[Hashable], key: ValueSpec) -> list[PandasRelation]:
+    def partition(self, keys: Sequence[Hashable], key: ValueSpec) -> list[Relation]:
         karr = self._keys(key)
         if not keys:
             return []
@@ -146,20 +156,23 @@ class PandasRelation:
         bounds = np.searchsorted(codes[order], np.arange(len(keys) + 1))
         return [self._sub(order[bounds[i]: bounds[i + 1]]) for i in range(len(keys))]
 
-    def concat(self, other: PandasRelation) -> PandasRelation:
-        df = pd.concat([self.df, other.df], ignore_index=True)
-        if self.ids is None and other.ids is None:
+    def concat(self, other: Relation) -> PandasRelation:
+        o = self._same(other, "concat")
+        df = pd.concat([self.df, o.df], ignore_index=True)
+        if self.ids is None and o.ids is None:
             return PandasRelation(df, None)
-        return PandasRelation(df, np.concatenate([self._all_ids(), other._all_ids()]))
+        return PandasRelation(df, np.concatenate([self._all_ids(), o._all_ids()]))
 
-    def product(self, public: PandasRelation) -> PandasRelation:
-        out = self.df.merge(public.df, how="cross", suffixes=("", "_public"))
-        ids = None if self.ids is None else np.repeat(self.ids, len(public.df))
+    def product(self, public: Relation) -> PandasRelation:
+        o = self._same(public, "product")
+        out = self.df.merge(o.df, how="cross", suffixes=("", "_public"))
+        ids = None if self.ids is None else np.repeat(self.ids, len(o.df))
         return PandasRelation(out, ids)
 
     @staticmethod
     def _merge(left: pd.DataFrame, right: pd.DataFrame, lk: Sequence[Hashable],
-               rk: Sequence[Hashable], how: str, suffixes: tuple[str, str],
+               rk: Sequence[Hashable], how: Literal["inner", "left", "right", "outer"],
+               suffixes: tuple[str, str],
                indicator: bool = False) -> pd.DataFrame:
         """Merge on object-typed keys (mixed types or odd values cannot make it fail); when
         both sides name their keys alike, the right side's key columns are dropped."""
@@ -173,18 +186,20 @@ class PandasRelation:
             indicator=indicator)
         return out.drop(columns=keys)
 
-    def join_public(self, public: PandasRelation, on: Sequence[str],
+    def join_public(self, public: Relation, on: Sequence[str],
                     right_on: Sequence[str]) -> PandasRelation:
+        o = self._same(public, "join_public")
         pos = "__dprivacy_pos__"
         left = self.df.assign(**{pos: np.arange(len(self.df))})
-        out = self._merge(left, public.df, on, right_on, "inner", ("", "_public"))
+        out = self._merge(left, o.df, on, right_on, "inner", ("", "_public"))
         src = out.pop(pos).to_numpy()
         return PandasRelation(out.reset_index(drop=True),
                               None if self.ids is None else self.ids[src])
 
-    def exclude(self, public: PandasRelation, on: Sequence[str]) -> PandasRelation:
+    def exclude(self, public: Relation, on: Sequence[str]) -> PandasRelation:
+        o = self._same(public, "exclude")
         left = _safe(self.df, on)
-        right = _safe(public.df, on)
+        right = _safe(o.df, on)
         key = pd.MultiIndex.from_frame(left) if len(on) > 1 else pd.Index(left.iloc[:, 0])
         pkey = pd.MultiIndex.from_frame(right) if len(on) > 1 else pd.Index(right.iloc[:, 0])
         return self._sub(~np.asarray(key.isin(pkey)))
@@ -214,8 +229,9 @@ class PandasRelation:
         dup = _safe(self.df, list(self.df.columns)).duplicated().to_numpy()
         return PandasRelation(self.df[~dup].reset_index(drop=True), None)
 
-    def union(self, other: PandasRelation) -> PandasRelation:
-        return PandasRelation(pd.concat([self.df, other.df], ignore_index=True)).distinct()
+    def union(self, other: Relation) -> PandasRelation:
+        o = self._same(other, "union")
+        return PandasRelation(pd.concat([self.df, o.df], ignore_index=True)).distinct()
 
     def _marked(self, other: PandasRelation) -> tuple[pd.DataFrame, np.ndarray]:
         """Distinct records of self and whether each occurs in ``other``."""
@@ -228,22 +244,24 @@ class PandasRelation:
         hit[m["__dprivacy_pos__"].to_numpy()] = True
         return left, hit
 
-    def intersect(self, other: PandasRelation) -> PandasRelation:
-        left, hit = self._marked(other)
+    def intersect(self, other: Relation) -> PandasRelation:
+        left, hit = self._marked(self._same(other, "intersect"))
         return PandasRelation(left[hit].reset_index(drop=True), None)
 
-    def except_(self, other: PandasRelation) -> PandasRelation:
-        left, hit = self._marked(other)
+    def except_(self, other: Relation) -> PandasRelation:
+        left, hit = self._marked(self._same(other, "except_"))
         return PandasRelation(left[~hit].reset_index(drop=True), None)
 
-    def join(self, other: PandasRelation, bound_self: int, bound_other: int,
+    def join(self, other: Relation, bound_self: int, bound_other: int,
              on: Sequence[str], right_on: Sequence[str]) -> PandasRelation:
+        o = self._same(other, "join")
+
         def first(df: pd.DataFrame, keys: Sequence[str], b: int) -> pd.DataFrame:
             rank = _safe(df, keys).groupby(list(keys), sort=False, dropna=False).cumcount()
             return df[rank.to_numpy() < b]
 
         left = first(self.df, on, bound_self)
-        right = first(other.df, right_on, bound_other)
+        right = first(o.df, right_on, bound_other)
         out = self._merge(left, right, on, right_on, "inner", ("", "_right"))
         return PandasRelation(out.reset_index(drop=True), None)
 

@@ -26,8 +26,10 @@ without r differ by a factor ≤ exp(ℰ(r)) (ProPer Theorem 2), because budgets
 from __future__ import annotations
 
 import logging
+import numbers
+import os
 from collections.abc import Hashable, Iterable, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 import pandas as pd
@@ -54,6 +56,9 @@ from dprivacy.tables.transform_args import (
     select_exprs,
     select_many_columns,
 )
+
+if TYPE_CHECKING:
+    from dprivacy.tables.engine import BudgetTable
 
 __all__ = ["ProPerTable"]
 
@@ -95,7 +100,8 @@ class ProPerTable(LiveData, NoisyQueries):
 
     def __init__(
         self, data: Any, budget: float | str | Sequence[float] | np.ndarray = 1.0, *,
-        ledger: BudgetLedger | None = None, id_column: str | None = None,
+        ledger: BudgetLedger | BudgetTable | str | os.PathLike | None = None,
+        id_column: str | None = None,
         backend: str | None = None, noise_seed: int | None = None,
     ) -> None:
         self._noise = NoiseSource(noise_seed)
@@ -109,6 +115,11 @@ class ProPerTable(LiveData, NoisyQueries):
                 "ProPerTable without id_column: its records get fresh ids, so their budgets do "
                 "not carry over to any other table or run; pass id_column= (a stable person id)")
         if name == "pandas":
+            if ledger is not None and not isinstance(ledger, BudgetLedger):
+                raise ValidationError(
+                    f"ledger is a {type(ledger).__name__}: a pandas ProPerTable keeps budgets in "
+                    "a MemoryLedger or a durable dprivacy.tables.Ledger (a BudgetTable or a "
+                    "DuckDB path is for the engine backends: pass backend='duckdb' or 'spark')")
             self._ledger: Any = ledger if ledger is not None else MemoryLedger()
             self._budgets: Any = LedgerBudgets(self._ledger)
             self._rel: Relation = PandasRelation(data.iloc[0:0], np.empty(0, np.int64))
@@ -116,9 +127,20 @@ class ProPerTable(LiveData, NoisyQueries):
         else:
             from dprivacy.tables import engine
 
+            if not isinstance(budget, (str, numbers.Real)):
+                raise ValidationError(
+                    f"budget is a {type(budget).__name__}: per-row budget sequences are "
+                    "supported on the pandas backend only; on an engine give one number or the "
+                    "name of a budget column")
+            if ledger is not None and not isinstance(ledger, (engine.BudgetTable, str,
+                                                              os.PathLike)):
+                raise ValidationError(
+                    f"ledger is a {type(ledger).__name__}: the engine backends keep budgets in "
+                    "a dprivacy.tables.engine.BudgetTable (or give the path of its DuckDB file)")
             rel = engine.relation_from(data, None if name == "engine" else name,
                                        id_column=id_column)
-            self._rel, self._budgets = engine.proper_budgets(rel, budget, ledger=ledger,
+            b = budget if isinstance(budget, str) else float(budget)
+            self._rel, self._budgets = engine.proper_budgets(rel, b, ledger=ledger,
                                                              id_column=id_column)
             self._ledger = self._budgets
 

@@ -65,6 +65,7 @@ class LedgerBudgets:
             okr = ok
         else:
             uniq, inv, counts = np.unique(ids, return_inverse=True, return_counts=True)
+            costs: np.ndarray
             if element_costs is None:
                 with np.errstate(over="ignore"):
                     costs = eps * counts.astype(float)

@@ -35,6 +35,7 @@ from dprivacy.errors import ValidationError
 from dprivacy.tables.agents import PartitionAgent, SigmaAgent
 from dprivacy.tables.params import count_arg, prob_arg
 from dprivacy.tables.pinq import Queryable
+from dprivacy.tables.relation import Relation
 from dprivacy.tables.rowwise import quietly
 
 __all__ = [
@@ -115,7 +116,7 @@ def sigma_bernoulli_partition(b: float) -> Sigma:
 
 
 def _split(q: Queryable, kind: str, param: float, sigma: Sigma
-           ) -> tuple[Queryable, Queryable]:
+           ) -> tuple[Relation, Relation]:
     """(sample, rest) drawn with a fresh secret from the table's noise source."""
     if not isinstance(q, Queryable):
         raise ValidationError(

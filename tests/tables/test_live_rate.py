@@ -11,7 +11,7 @@ from experiments import tables_live_rate as lr
 
 
 def test_quick_run_no_blocking_up_to_the_bound_and_predicted_share_above(tmp_path, monkeypatch):
-    monkeypatch.setenv("DPRIVACY_NO_PROGRESS", "1")
+    monkeypatch.setenv("TQDM_DISABLE", "1")
     df = lr.run(quick=True, seed=0, outdir=tmp_path)
     assert list(df["c"]) == [0.5, 1.0, 1.25, 2.0]
     below, above = df[df["c"] <= 1], df[df["c"] > 1]

@@ -38,7 +38,7 @@ from dprivacy.errors import DPrivacyError, ValidationError
 from dprivacy.tables.engine import aggregates, setops
 from dprivacy.tables.engine.backends import Engine
 from dprivacy.tables.engine.rowwise import needs_guard, public_table, rebind, resolve_rowwise
-from dprivacy.tables.relation import ElementCosts
+from dprivacy.tables.relation import ElementCosts, Relation
 
 __all__ = ["IbisRelation", "PID"]
 
@@ -87,7 +87,7 @@ class IbisRelation:
     def _pid(self) -> ir.IntegerColumn:
         return self.table[PID]
 
-    def _same_engine(self, other: Any, what: str) -> IbisRelation:
+    def _same_engine(self, other: Relation, what: str) -> IbisRelation:
         if not isinstance(other, IbisRelation) or other.engine is not self.engine:
             raise ValidationError(f"{what}: both tables must live in the same engine (connection); "
                                   "open them with the same backend and source connection")
@@ -160,10 +160,10 @@ class IbisRelation:
                                       f"have type {et}; need structs or arrays")
         return self._derive(flat.select(flat[PID], **outs), unique=self.unique and k == 1)
 
-    def partition(self, keys: Sequence[Hashable], key: Any) -> list[IbisRelation]:
+    def partition(self, keys: Sequence[Hashable], key: Any) -> list[Relation]:
         """One relation per public key: the records whose row-wise ``key`` equals it."""
         kv = self.expr(key, "partition")
-        parts = []
+        parts: list[Relation] = []
         for k in keys:
             k = k.item() if isinstance(k, np.generic) else k
             try:
@@ -176,7 +176,7 @@ class IbisRelation:
             parts.append(self._derive(self.table.filter(cond)))
         return parts
 
-    def concat(self, other: IbisRelation) -> IbisRelation:
+    def concat(self, other: Relation) -> IbisRelation:
         """Multiset union ⊎ (same columns and types; ids kept)."""
         o = self._same_engine(other, "concat")
         if dict(o.schema.items()) != dict(self.schema.items()):
@@ -185,19 +185,19 @@ class IbisRelation:
         right = o.table.select(*self.table.columns)
         return self._derive(self.table.union(right, distinct=False), unique=False)
 
-    def product(self, public: IbisRelation) -> IbisRelation:
+    def product(self, public: Relation) -> IbisRelation:
         """Cross product with a public relation; outputs keep this record's id."""
         p = self._same_engine(public, "product").table.drop(PID)
         return self._derive(self.table.cross_join(p, rname="{name}_public"), unique=False)
 
-    def join_public(self, public: IbisRelation, on: Sequence[str],
+    def join_public(self, public: Relation, on: Sequence[str],
                     right_on: Sequence[str]) -> IbisRelation:
         """Inner equi-join with a public relation; outputs keep this record's id."""
         p = self._same_engine(public, "join_public").table.drop(PID)
         preds = [self.table[a] == p[b] for a, b in zip(on, right_on, strict=True)]
         return self._derive(self.table.join(p, preds, rname="{name}_public"), unique=False)
 
-    def exclude(self, public: IbisRelation, on: Sequence[str]) -> IbisRelation:
+    def exclude(self, public: Relation, on: Sequence[str]) -> IbisRelation:
         """Records whose ``on`` columns match no public row (σ_{∉T})."""
         p = self._same_engine(public, "exclude").table.drop(PID)
         return self._derive(self.table.anti_join(p, list(on)))
@@ -212,19 +212,19 @@ class IbisRelation:
         """Distinct records; ids ⊥."""
         return setops.distinct(self)
 
-    def union(self, other: IbisRelation) -> IbisRelation:
+    def union(self, other: Relation) -> IbisRelation:
         """Set union; ids ⊥."""
         return setops.setop(self, self._same_engine(other, "union"), "union")
 
-    def intersect(self, other: IbisRelation) -> IbisRelation:
+    def intersect(self, other: Relation) -> IbisRelation:
         """Distinct records in both; ids ⊥."""
         return setops.setop(self, self._same_engine(other, "intersect"), "intersect")
 
-    def except_(self, other: IbisRelation) -> IbisRelation:
+    def except_(self, other: Relation) -> IbisRelation:
         """Distinct records of self absent from other; ids ⊥."""
         return setops.setop(self, self._same_engine(other, "except_"), "except")
 
-    def join(self, other: IbisRelation, bound_self: int, bound_other: int, on: Sequence[str],
+    def join(self, other: Relation, bound_self: int, bound_other: int, on: Sequence[str],
              right_on: Sequence[str]) -> IbisRelation:
         """Bounded equi-join (each side keeps ≤ bound records per key); ids ⊥."""
         return setops.bounded_join(self, self._same_engine(other, "join"), bound_self,

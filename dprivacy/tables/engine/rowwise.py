@@ -321,8 +321,8 @@ def _visit_try_duckdb(self: Any, op: DPTry, *, arg: Any) -> Any:
 
 
 # Registered on Ibis's SQL compilers (dispatch is by ``visit_<OpClassName>``).
-SQLGlotCompiler.visit_DPTry = _visit_try_identity  # type: ignore[attr-defined]
-DuckDBCompiler.visit_DPTry = _visit_try_duckdb  # type: ignore[attr-defined]
+SQLGlotCompiler.visit_DPTry = _visit_try_identity
+DuckDBCompiler.visit_DPTry = _visit_try_duckdb
 
 # Operations whose compiled SQL cannot raise on any data: an expression made only of these (and
 # columns) needs no TRY guard, which keeps filters such as `_.x > 0.5` at full engine speed.

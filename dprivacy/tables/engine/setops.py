@@ -23,7 +23,7 @@ import ibis
 import ibis.expr.types as ir
 
 from dprivacy.errors import UnsupportedOperationError, ValidationError
-from dprivacy.tables.engine.backends import DuckEngine, fresh_name
+from dprivacy.tables.engine.backends import DuckEngine, SparkEngine, fresh_name
 
 if TYPE_CHECKING:
     from dprivacy.tables.engine.relation import IbisRelation
@@ -135,6 +135,9 @@ def _materialise_uniform(rel: IbisRelation, secret: int) -> ir.Table:
             f"/ 9007199254740992.0 AS __dp_u FROM ({inner})"
         )
         return eng.ibis.table(name)
+    if not isinstance(eng, SparkEngine):
+        raise UnsupportedOperationError(
+            f"sampling is implemented on DuckDB and Spark, not on a {type(eng).__name__}")
     sdf = eng.session.sql(
         f"SELECT *, CAST(pmod(xxhash64(monotonically_increasing_id(), {s1}L, {s2}L), "
         f"9007199254740992) AS DOUBLE) / 9007199254740992.0 AS __dp_u FROM ({inner})"

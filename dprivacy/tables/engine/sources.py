@@ -130,11 +130,12 @@ def relation_from(source: Any, backend: str | None = None, *,
                 raise ValidationError(f"Parquet path {p!r} does not exist")
         if backend == "duckdb":
             engine = default_duckdb()
-            table = engine.register_parquet(paths)  # type: ignore[attr-defined]
+            table = engine.register_parquet(paths)
         else:
             session = _spark_session()
             engine = _engine_for(session, lambda: SparkEngine(session))
-            table = engine.register_dataframe(session.read.parquet(*paths))  # type: ignore[attr-defined]
+            assert isinstance(engine, SparkEngine)
+            table = engine.register_dataframe(session.read.parquet(*paths))
     elif isinstance(source, (pd.DataFrame, pa.Table)):
         if backend == "duckdb":
             engine = default_duckdb()
