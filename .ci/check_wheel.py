@@ -46,7 +46,8 @@ def check(wheel: Path) -> list[str]:
         f"{di}/licenses/LICENSE": "the licence file (PEP 639 license-files)",
         "dprivacy/py.typed": "the PEP 561 marker of dprivacy",
         "solvers/py.typed": "the PEP 561 marker of solvers",
-        "dprivacy/schemas/mechanism-config.v1.schema.json": "the mechanism-config JSON Schema",
+        "dprivacy/schemas/mechanism-config.v1.schema.json": "the mechanism-config JSON Schema (v1)",
+        "dprivacy/schemas/mechanism-config.v2.schema.json": "the mechanism-config JSON Schema (v2)",
     }
     for data in sorted((ROOT / "datasets").glob("*.csv")):
         required[f"dprivacy/_datasets/{data.name}"] = "a shipped data set"

@@ -50,7 +50,8 @@ def _fake_wheel(path: Path, skip: set[str], extra: dict[str, str]) -> Path:
                                 + "\nLicense-Expression: MIT\nLicense-File: LICENSE\n"
                                 "Requires-Dist: matplotlib>=3.8; extra == 'plot'\n\n"),
              f"{di}/licenses/LICENSE": "MIT", "dprivacy/py.typed": "", "solvers/py.typed": "",
-             "dprivacy/schemas/mechanism-config.v1.schema.json": "{}"}
+             "dprivacy/schemas/mechanism-config.v1.schema.json": "{}",
+             "dprivacy/schemas/mechanism-config.v2.schema.json": "{}"}
     for data in (ROOT / "datasets").glob("*.csv"):
         files[f"dprivacy/_datasets/{data.name}"] = ""
     for pkg in ("dprivacy", "solvers"):
