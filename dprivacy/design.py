@@ -1,8 +1,9 @@
 """From metric and workload to a solved design (w, beta), and the improvement factor.
 
 ``design(W, U, M, method, loss)`` builds the constraint set {(i, j, eps_ij)} of problem (4) — all
-pairs, or only the edges of a graph metric (spec §9.2) — and hands it to :mod:`solvers`.  The
-privacy condition of every design is Theorem 1: sum_k beta_k w_k |F_ki - F_kj| <= eps_ij.
+pairs, or only the edges of a graph metric (paper Appendix C; docs/theory.md, "Graph metrics need
+only their edges") — and hands it to :mod:`solvers`.  The privacy condition of every design is
+Theorem 1: sum_k beta_k w_k |F_ki - F_kj| <= eps_ij.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 
 METHODS = ("closed_form", "equal_split", "uniform", "budget_sharing", "bcd", "exact")
 LOSSES = ("squared", "absolute", "max", "log")
-#: Relative tolerance on the privacy condition (spec DESIGN §5: 1e-9).
+#: Relative tolerance on the privacy condition (1e-9): a design may exceed a budget by this factor.
 PRIVACY_RTOL = 1e-9
 
 
@@ -39,7 +40,8 @@ class Design:
     """A solved parameter set: per-query scaling ``w`` and noise precision ``beta`` (shape (m,)).
 
     The Laplace noise scale of query k is ``1 / beta[k]`` (``beta = inf`` means an exact answer);
-    ``u = w * beta`` alone determines privacy (spec §9.1).  ``constraints`` is the constraint set
+    ``u = w * beta`` alone determines privacy (docs/theory.md, "The design problem, and why it is
+    convex").  ``constraints`` is the constraint set
     the design was solved and verified against (kept for mechanisms to re-check; not compared).
     """
 
@@ -72,7 +74,7 @@ class Design:
 
     @property
     def u(self) -> np.ndarray:
-        """u = w * beta, the effective precision that fixes the privacy loss (spec §9.1)."""
+        """u = w * beta, the effective precision that fixes the privacy loss (docs/theory.md)."""
         with np.errstate(invalid="ignore"):
             u = self.w * self.beta
         return np.where(self.w == 0, 0.0, u)  # 0 * inf = 0: a zero-weight query reveals nothing
@@ -115,7 +117,7 @@ def call_solver(fn, *args: Any, **kwargs: Any):
     try:
         return fn(*args, **kwargs)
     except solvers.InfeasibleError as exc:
-        raise InfeasibleDesignError(f"{exc} (see docs/theory.md on zero distances)") from exc
+        raise InfeasibleDesignError(f"{exc} (see docs/theory.md, 'Zero and infinite distances')") from exc
     except solvers.SolverError as exc:
         raise ValidationError(str(exc)) from exc
 
@@ -135,12 +137,12 @@ def design(
     method : {"closed_form", "equal_split", "uniform", "budget_sharing", "bcd", "exact"}
         ``closed_form`` is the single-query optimum of paper §4.1 (beta = min eps_ij / |f_i - f_j|);
         ``equal_split``, ``uniform`` and ``budget_sharing`` are Strategies 1-3 (Algorithm 3);
-        ``bcd`` the paper's block coordinate descent; ``exact`` the convex program in u (§9.1).
+        ``bcd`` the paper's block coordinate descent; ``exact`` the convex program in u (docs/theory.md).
     loss : {"squared", "absolute", "max", "log"}
     n : int, optional
         Number of records (public under bounded DP).  With method "exact" and the squared or
-        absolute loss, (w, u) are then optimised jointly (docs/theory.md; see the report keys
-        ``global_optimum``, ``convex_region`` and ``lower_bound``).
+        absolute loss, (w, u) are then optimised jointly (docs/theory.md, "The joint optimum for a
+        given n"; see the report keys ``global_optimum``, ``convex_region`` and ``lower_bound``).
     **options : passed to :func:`solvers.design` (``memory_bytes``, ``tol``, ``progress``, ...).
 
     Returns

@@ -1,4 +1,4 @@
-"""Single-query closed form of paper §4.1 (paper §4.1).
+"""Single-query closed form of paper §4.1.
 
 Privacy condition: ``beta |f_i - f_j| <= eps_ij`` for all constrained pairs, so the best w = 1
 design is ``beta* = 1 / max_ij |f_i - f_j| / eps_ij`` -- the inverse Lipschitz constant of f
@@ -23,7 +23,7 @@ def inverse_or_inf(c: np.ndarray) -> np.ndarray:
 
 
 def closed_form(F: QueryMatrix, cs: ConstraintSet, c: np.ndarray) -> Draft:
-    """Spec §3.8: ``w* = 1``, ``beta* = 1 / c`` with ``c = max_ij |f_i - f_j| / eps_ij``.
+    """Paper §4.1: ``w* = 1``, ``beta* = 1 / c`` with ``c = max_ij |f_i - f_j| / eps_ij``.
 
     ``c`` are the row Lipschitz constants (from :meth:`ConstraintSet.check_feasible`).
     Exact (optimal for every loss) when m = 1; raises SolverError for m > 1.

@@ -378,7 +378,7 @@ class ConstraintSet:
     def check_feasible(self, F: object, *, memory_bytes: int = 2**30
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`row_lipschitz` (c, i, j); raise InfeasibleError naming a pair with eps_ij = 0
-        where the columns of F differ (docs/theory.md, "zero distances")."""
+        where the columns of F differ (docs/theory.md, "Zero and infinite distances")."""
         c, bi, bj = self.row_lipschitz(F, memory_bytes=memory_bytes, tag="feasibility")
         bad = np.flatnonzero(np.isinf(c))
         if bad.size:

@@ -2,7 +2,7 @@
 
 Privacy condition the scans check (Theorem 1): ``sum_k u_k |F_ki - F_kj| <= eps_ij`` for every
 constrained pair; a scan reports ``max_ij loss_ij / eps_ij`` (<= 1 means private).
-Conventions (see docs/theory.md, "zero and infinite distances"): 0/x = 0 (also 0/0 and 0/inf),
+Conventions (see docs/theory.md, "Zero and infinite distances"): 0/x = 0 (also 0/0 and 0/inf),
 x/0 = inf, x/inf = 0, and a pair with ``eps_ij = +inf`` is unconstrained.
 """
 

@@ -1,4 +1,4 @@
-"""The paper's multi-query heuristics (paper §4.2, paper §4.2), all with w = 1.
+"""The paper's multi-query heuristics (paper §4.2, Strategies 1-3 and Algorithm 3), all with w = 1.
 
 Privacy condition (Theorem 1): ``sum_k beta_k |F_ki - F_kj| <= eps_ij`` for every pair.
 Rows with Lipschitz constant c_k = 0 (constant, or separated only by eps = inf pairs) are answered

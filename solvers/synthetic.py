@@ -1,9 +1,12 @@
 """Parameters of the synthetic-data mechanisms: SmallDB problem (8) and MWEM's T.
 
 Privacy conditions (a maximum over queries, not a sum):
+
   SmallDB (Theorem 5): ``beta * max_f w_f |f_i - f_j| <= eps_ij``;
   MWEM   (Theorem 7): ``2 T beta * max_f w_f |f_i - f_j| <= eps_ij`` (beta_E = beta_L = beta).
-Both are maxima of pseudometrics, so edge constraint sets suffice for graph metrics (docs/theory.md).
+
+Both are maxima of pseudometrics, so edge constraint sets suffice for graph metrics (docs/theory.md,
+"Graph metrics need only their edges").
 """
 
 from __future__ import annotations
@@ -42,9 +45,9 @@ def smalldb_params(F: object, constraints: ConstraintSet, n: float, *, delta: fl
     ``C = 16 ln N ln|Q| + 4 ln(1/delta)``, s.t. ``beta w_f |f_i - f_j| <= eps_ij``.
 
     For fixed beta the optimal w is ``w_f = min(1, 1 / (beta c_f))`` (c_f = Lipschitz constant of
-    f), so (8) is a 1-D minimisation over beta (problem (8); docs/theory.md): a log-spaced grid followed by a
-    bounded Brent refinement around the best grid point. Returns w (per query), beta (the
-    shared beta repeated per query), objective = the error bound (9).
+    f), so (8) is a 1-D minimisation over beta (docs/theory.md, "Synthetic-data designs"): a
+    log-spaced grid followed by a bounded Brent refinement around the best grid point. Returns w
+    (per query), beta (the shared beta repeated per query), objective = the error bound (9).
 
     When n is too small the bound (9) cannot beat ``max_f ||f||_inf`` and the true optimum of
     (8) is degenerate (beta -> inf, w -> 0: "answer nothing"); then ``report["degenerate"]`` is

@@ -73,12 +73,12 @@ class BudgetError(CLIError):
 def one_line(text: object, limit: int = 600) -> str:
     """``text`` on one line (whitespace runs collapsed), cut to ``limit`` characters.
 
-    References to the developers' specification ("spec §9.3"), which users do not have, are
-    dropped from library messages.
+    A leftover reference to the developers' internal specification (the word "spec" followed by
+    a section sign and a number), which users do not have, is dropped from library messages.
     """
     s = " ".join(str(text).split())
-    s = re.sub(r"\s*\((?:see )?spec §[^)]*\)", "", s)
-    s = re.sub(r"\s*\(?spec §[\d.]+\)?", "", s)
+    s = re.sub(r"\s*\((?:see )?spec \u00a7[^)]*\)", "", s)  # \u00a7 is the section sign
+    s = re.sub(r"\s*\(?spec \u00a7[\d.]+\)?", "", s)
     return s if len(s) <= limit else s[: limit - 3] + "..."
 
 

@@ -99,7 +99,7 @@ def _hamming_applies(universe: Universe, attrs) -> bool:
 
 @dataclass(frozen=True, repr=False)
 class AttributeWeighted(Metric):
-    """d(x, x') = sum_k eps_k 1[x_k != x'_k] with one budget per attribute (paper §1, §8.2).
+    """d(x, x') = sum_k eps_k 1[x_k != x'_k] with one budget per attribute (paper §1, Appendix C).
 
     ``weights`` maps every key attribute of the universe to its budget (inf = unprotected).
     """

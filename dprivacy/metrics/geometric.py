@@ -1,7 +1,7 @@
 """Metrics from the geometry of point universes: Euclidean, geodesic and Blowfish thresholds.
 
 Location privacy (paper §4.1, §4.3): eps_ij = eps * ||p_i - p_j||.  Blowfish (paper §4.4): a
-budget eps inside a distance threshold theta, with two readings A and B (docs/theory.md).
+budget eps inside a distance threshold theta, with two readings A and B (docs/tutorials/blowfish.md).
 
 Each of these metrics offers a geometric index (:meth:`Metric.geometric_index`): points phi_i and
 a constant c with ``eps_ij >= c * ||phi_i - phi_j||`` (up to rounding margins), which makes the
@@ -131,7 +131,7 @@ def _coords(universe: Universe, who: str) -> np.ndarray:
 
 @dataclass(frozen=True, repr=False)
 class Euclidean(Metric):
-    """eps_ij = eps_per_unit * ||p_i - p_j||_2 (geo-indistinguishability style, spec §8.3)."""
+    """eps_ij = eps_per_unit * ||p_i - p_j||_2 (geo-indistinguishability style, paper §4.1, §4.3)."""
 
     eps_per_unit: float = 1.0
 
@@ -266,7 +266,8 @@ class Geodesic(Metric):
 
 @dataclass(frozen=True, repr=False)
 class BlowfishThreshold(Metric):
-    """Blowfish distance-threshold metrics d_theta^1 / d_theta^2 (paper §4.4, spec §8.3).
+    """Blowfish distance-threshold metrics d_theta^1 / d_theta^2 (paper §4.4; the readings A and B
+    are explained in docs/tutorials/blowfish.md).
 
     With delta_ij the Euclidean distance of the points:
 

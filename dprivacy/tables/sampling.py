@@ -7,15 +7,15 @@ Each operator here returns a PINQ :class:`~dprivacy.tables.Queryable` whose agen
 
 Costs (PST'16 §4; [R] marks a corrected form of a garbled formula of the paper):
 
-=============================  ===================================  =============================
+=============================  ===================================  ==================================
 operator                       σ(ε) (sample)                        σ̂(ε) (sample + complement)
-=============================  ===================================  =============================
-fixed size n, no replacement   ln((n e^{2ε} + 1)/(n + 1))  (Thm 6)  ln((n e^{3ε} + e^{ε})/(n + 1)) [R]
-fixed size n, replacement      n·ε (group privacy lower bound)     –
+=============================  ===================================  ==================================
+fixed size n, no replacement   ln((n e^{2ε} + 1)/(n + 1)) (Thm 6)   ln((n e^{3ε} + e^{ε})/(n + 1)) [R]
+fixed size n, replacement      n·ε (group privacy lower bound)      –
 fraction p                     ln(p e^{3ε} + (1−p) e^{ε}) (Thm 8)   ln max(p e^{3ε} + (1−p) e^{ε},
-                                                                     p e^{5ε} + (1−p) e^{3ε}) [R]
+                                                                    p e^{5ε} + (1−p) e^{3ε}) [R]
 Bernoulli b                    ln(b e^{ε} + 1 − b)                  ε (Thm 9)
-=============================  ===================================  =============================
+=============================  ===================================  ==================================
 
 Privacy condition: the answers on a sample (or on both parts of a sampled partition) of total
 accuracy E cost σ(E) (σ̂(E)) times the upstream scaling; the root budget must cover it.

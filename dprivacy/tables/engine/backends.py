@@ -5,8 +5,9 @@ zero-copy, Parquet files as views, existing tables), and runs compiled plans. Ev
 compiled by Ibis to SQL and then hardened before it runs: every ``CAST`` in the SQL becomes
 ``TRY_CAST`` (NULL instead of a conversion error), including the casts Ibis itself generates
 (``FLOOR(x)`` typed as an integer, for instance), so that no record can make a plan raise
-(see :mod:`.rowwise` for the expression-level rewrite). Spark sessions additionally run with
-``spark.sql.ansi.enabled=false`` (non-ANSI arithmetic returns NULL or wraps instead of raising).
+(see :mod:`dprivacy.tables.engine.rowwise` for the expression-level rewrite). Spark sessions
+additionally run with ``spark.sql.ansi.enabled=false`` (non-ANSI arithmetic returns NULL or wraps
+instead of raising).
 
 Nothing here draws randomness or touches budgets; results are exact and go to the driver only
 when a table's aggregation asks for them, after its charge.

@@ -7,10 +7,10 @@ runs until an exact aggregate is asked for (after the query's charge).
 
 Analyst code is data: every predicate, projection, flat-map, key and value is an Ibis expression
 resolved on a public, unbound table with the relation's schema (never the data, never the id
-column), checked against the row-wise allow-list of :mod:`.rowwise`, made total, and only then
-bound to the real plan. ``select_many(k, f)`` explodes the array expression ``f`` in the engine,
-numbers each parent's outputs (the unnest offset) and keeps those numbered < k; every output row
-gets its parent's id from the plan, never from user code.
+column), checked against the row-wise allow-list of :mod:`dprivacy.tables.engine.rowwise`, made
+total, and only then bound to the real plan. ``select_many(k, f)`` explodes the array expression
+``f`` in the engine, numbers each parent's outputs (the unnest offset) and keeps those numbered
+< k; every output row gets its parent's id from the plan, never from user code.
 
 Examples:
     >>> import pandas as pd
@@ -74,8 +74,8 @@ class IbisRelation:
         return IbisRelation(self.engine, table, unique=self.unique if unique is None else unique)
 
     def expr(self, f: Any, what: str) -> ir.Value:
-        """The analyst's row-wise ``f`` checked (:func:`~.rowwise.resolve_rowwise`) and bound
-        to this relation's plan."""
+        """The analyst's row-wise ``f`` checked
+        (:func:`~dprivacy.tables.engine.rowwise.resolve_rowwise`) and bound to this relation's plan."""
         hit = self._resolved.get(id(f))
         if hit is not None and hit[0] is f:  # checked before (Relation.check): reuse exactly it
             v = hit[1]
