@@ -1,7 +1,7 @@
 """The Python examples of the documentation's tutorials run as written.
 
 Each tutorial's ```python blocks are executed in order in one namespace (the page is one session).
-The tables tutorial is left out: it shows the per-record table API, which its own tests cover.
+Where a page prints data-independent values (budgets, refusals), the test checks them too.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 
 @pytest.mark.parametrize("page", ["tutorials/cities.md", "tutorials/blowfish.md",
-                                  "tutorials/configs.md"])
+                                  "tutorials/configs.md", "tutorials/tables.md"])
 def test_tutorial_runs(page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                        capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)
@@ -28,3 +28,12 @@ def test_tutorial_runs(page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     out = capsys.readouterr().out
     if page.endswith("configs.md"):
         assert out.count("refused:") == 2, out  # both tampered loads were refused
+    if page.endswith("tables.md"):
+        # the budgets the page states in its comments are the ones the library reports
+        remaining = [line.split()[1] for line in out.splitlines() if line.startswith("remaining")]
+        assert remaining == ["0.9", "0.7", "0.6", "0.6", "0.9"], out
+        assert "refused: BudgetExceededError" in out, out
+        assert "group_by needs as_pinq first" in out, out
+        for budgets in ("[0.6, 0.6, 1.0, 0.6, 1.0]", "[0.6, 0.6, 0.2, 0.6, 0.2]",
+                        "[1.0, 1.0, 1.0, 0.7, 0.7]"):
+            assert budgets in out, out
