@@ -2,7 +2,7 @@
 
 For N inputs with a budget matrix ``eps[x, x'] = d(x, x')`` (a metric scaled by ε), a prior
 ``pi`` and a loss ``loss[x, z]`` (e.g. the distance between the true and the reported location),
-the best randomiser over the same N outputs solves
+the best randomiser over the same N outputs solves::
 
     minimise    sum_x pi[x] sum_z T[x, z] loss[x, z]
     subject to  T[x, z] <= exp(eps[x, x']) T[x', z]     for the constrained pairs (x, x'), all z
