@@ -48,7 +48,7 @@ Privacy condition checked before anything is written or released (Theorem 1):
 sum_k beta_k w_k |F_ki - F_kj| <= eps_ij for every constrained pair (i, j)."""
 
 #: ``register(subparsers)`` functions, one per subcommand, in the order --help lists them.
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
+COMMANDS: list[Callable[[argparse._SubParsersAction], object]] = [
     cmd_demo.register, cmd_design.register, cmd_verify.register, cmd_release.register,
     cmd_reproduce.register, local_cli.register,
 ]

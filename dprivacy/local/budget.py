@@ -107,5 +107,5 @@ class PersonalBudget:
     def remaining(self) -> dict[str, float]:
         """Remaining budget of every named budget opened so far."""
         names = list(self._ids)
-        rem = self.ledger.remaining([self._ids[n] for n in names]) if names else []
+        rem: Any = self.ledger.remaining([self._ids[n] for n in names]) if names else []
         return {n: float(r) for n, r in zip(names, rem, strict=True)}

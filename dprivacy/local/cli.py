@@ -123,7 +123,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     finally:
         srv.stop()
     ok = [r["result"] for r in replies if r["status"] == "ok"]
-    est = warner_estimate(ok, q.T.matrix, ["yes", "no"])[0]
+    est = warner_estimate(ok, np.asarray(getattr(q.T, "matrix")), ["yes", "no"])[0]  # noqa: B009 (a MatrixRandomiser)
     print(json.dumps({"users": args.users, "answered": len(ok), "true_share": float(truth.mean()),
                       "estimate": float(est), "seconds": round(time.perf_counter() - t0, 2)}))
     return 0

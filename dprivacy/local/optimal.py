@@ -239,7 +239,7 @@ def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
         if time_limit is not None:
             opts["time_limit"] = float(time_limit)
         res = linprog(c, A_ub=A_ub, b_ub=np.zeros(A_ub.shape[0]), A_eq=A_eq, b_eq=np.ones(n),
-                      bounds=(0, None), method="highs", options=opts)
+                      bounds=(0, None), method="highs", options=opts)  # type: ignore[call-overload]  # scipy-stubs: sparse A_ub
         if res.x is None:
             raise RuntimeError(f"HiGHS found no solution: {res.message}")
         Tx, fun, rows = res.x.reshape(n, n), float(res.fun), int(A_ub.shape[0])  # noqa: N806

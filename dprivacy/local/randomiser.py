@@ -120,7 +120,8 @@ class MatrixRandomiser(Randomiser):
             return False
 
     def random_input(self, rng: np.random.Generator) -> Any:
-        return self.inputs[int(rng.integers(len(self.inputs)))]  # type: ignore[index]
+        assert self.inputs is not None  # set by every concrete randomiser
+        return self.inputs[int(rng.integers(len(self.inputs)))]
 
     def apply(self, value: Any, rng: np.random.Generator) -> Any:
         i = self.row(value)
@@ -128,7 +129,8 @@ class MatrixRandomiser(Randomiser):
             raise ValidationError(f"{value!r} is not an input of T")
         cdf = self._cdf[i]  # type: ignore[attr-defined]
         j = int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
-        return self.outputs[min(j, len(self.outputs) - 1)]  # type: ignore[index]
+        assert self.outputs is not None  # set by every concrete randomiser
+        return self.outputs[min(j, len(self.outputs) - 1)]
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": "matrix", "matrix": self.matrix.tolist(), "inputs": self.inputs,
