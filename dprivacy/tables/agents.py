@@ -5,7 +5,7 @@ Shape of PINQ's C# agents (PINQ.cs, McSherry's PINQ source): ``Budget`` holds th
 PST'16 Thm 1), ``Binary(a, b)`` charges both parents of a binary transformation, and
 ``Partition`` shares one running maximum between the parts of a partition so that parallel
 queries cost the max, not the sum (PST'16 Thm 3). ``Sigma(target, σ)`` generalises ``Unary`` to
-the probabilistic stabilities σ(ε) of Paper III (§7): it forwards ``σ(total + ε) − σ(total)``,
+the probabilistic stabilities σ(ε) of PST'16 (Def. 5, §4.1): it forwards ``σ(total + ε) − σ(total)``,
 since every query downstream of one random sample is one mechanism whose total privacy is the
 sum of the queries' ε (σ is convex with σ(0) = 0, so charging σ of each increment separately
 would undercharge).
