@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-os.environ.setdefault("DPRIVACY_NO_PROGRESS", "1")
+os.environ.setdefault("TQDM_DISABLE", "1")
 
 
 def test_quick_run(tmp_path: Path) -> None:
