@@ -62,3 +62,15 @@ def test_wrapper_with_metric_and_squared_loss() -> None:
     r = optimal_randomiser(U, M, loss="squared", dilation=1.2)
     assert r.check.ok and r.spanner_edges is not None
     assert r.randomiser.cost() < np.inf
+
+
+def test_interior_point_rounds_reach_the_same_private_optimum(grid) -> None:
+    pts, d = grid
+    eps = 0.5 * d
+    simplex = solve_dx_lp(eps, d)
+    ipm = solve_dx_lp(eps, d, lp_solver="ipm")
+    assert _triples_ok(ipm.T, eps) and check_dx(ipm.T, eps).ok
+    assert np.allclose(ipm.T.sum(axis=1), 1.0)
+    assert ipm.expected_loss == pytest.approx(simplex.expected_loss, rel=1e-6)
+    with pytest.raises(ValueError, match="lp_solver"):
+        solve_dx_lp(eps, d, lp_solver="barrier")
