@@ -18,7 +18,6 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dprivacy._atomic import atomic_write_text
 from dprivacy.design import Design
 from dprivacy.errors import ConfigError, ConfigMismatchError, ValidationError
 from dprivacy.fingerprints import ENCODING
@@ -219,23 +219,7 @@ class MechanismConfig:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the config atomically (temporary file in the same folder, then os.replace)."""
-        path = Path(path)
-        text = self.to_json()
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a config is an ordinary file
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-        return path
+        return atomic_write_text(path, self.to_json())
 
     @classmethod
     def from_dict(cls, doc: Any) -> MechanismConfig:

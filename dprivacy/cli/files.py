@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dprivacy._atomic import atomic_write_text
 from dprivacy.cli.exits import InputError, UsageError, one_line
 
 #: Files larger than this are refused (a typo such as a disk image for a CSV would exhaust memory).
@@ -238,23 +239,5 @@ def check_out(path: str | os.PathLike, flag: str,
 
 def write_text(path: str | os.PathLike, text: str, flag: str) -> Path:
     """Write ``text`` atomically (temporary file in the same folder, then ``os.replace``)."""
-    p = Path(path)
-    parent = p.parent if str(p.parent) else Path(".")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
-    except OSError as exc:
-        raise InputError(f"{_where(flag, path)}: cannot write ({exc.strerror or exc})") from exc
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return p
+    return atomic_write_text(path, text, on_create_error=lambda exc: InputError(
+        f"{_where(flag, path)}: cannot write ({exc.strerror or exc})"))
