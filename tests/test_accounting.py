@@ -17,6 +17,7 @@ import pytest
 import dprivacy as dp
 from dprivacy import metrics, noise
 from dprivacy.errors import BudgetExceededError, ValidationError
+from tests.sigkill import run_with_random_kills
 
 ROOT = str(Path(__file__).resolve().parents[1])
 ENV = {**os.environ, "PYTHONPATH": ROOT}
@@ -168,20 +169,10 @@ def test_sigkill_between_charge_and_release_keeps_the_charge(tmp_path):
 @pytest.mark.slow
 def test_random_sigkills_never_release_uncharged(tmp_path):
     db, out = tmp_path / "b.sqlite", tmp_path / "released.txt"
-    rng = np.random.default_rng(0)
-    n, done, kills = 40, 0, 0
-    while done < n:
-        proc = _worker("loop", str(db), str(out), str(done), str(n))
-        try:
-            proc.wait(timeout=rng.uniform(0.0, 0.03) if kills < 3 else 120)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGKILL)
-            kills += 1
-        proc.wait()
-        assert proc.stdout is not None
-        proc.stdout.close()
-        done = len(out.read_text().splitlines()) if out.exists() else 0
-        assert kills < 200
+    n = 40
+    run_with_random_kills(lambda done: _worker("loop", str(db), str(out), str(done), str(n)),
+                          out, n, kills_wanted=3, max_wait=0.03, seed=0, max_kills=200,
+                          final_timeout=120)
     released = out.read_text().splitlines()
     assert [r.split()[0] for r in released] == [f"q{i}" for i in range(n)]
     cost = mechanisms()[1][0].release_cost

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import pytest
 from dprivacy.errors import UnknownRecordError, ValidationError
 from dprivacy.tables.ledger import UNIT, Ledger, scalar_units, to_units
 from dprivacy.tables.memory_ledger import MemoryLedger
+from tests import sigkill
 
 ROOT = str(Path(__file__).resolve().parents[2])
 ENV = {**os.environ, "PYTHONPATH": ROOT}
@@ -93,21 +93,9 @@ def run_with_random_kills(args: list[str], out: Path, n: int, *, kills_wanted: i
     """Run ``ledger_worker`` (resuming from the released count in ``out``) until ``n`` answers are
     released, SIGKILLing the first ``kills_wanted`` runs after a random time in [0, max_wait).
     Returns the number of kills."""
-    rng = np.random.default_rng(seed)
-    done, kills = 0, 0
-    while done < n:
-        proc = _worker(args[0], *args[1:3], str(done), *args[3:])
-        try:
-            proc.wait(timeout=rng.uniform(0.0, max_wait) if kills < kills_wanted else 300)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGKILL)
-            kills += 1
-        proc.wait()
-        assert proc.stdout is not None
-        proc.stdout.close()
-        done = len(out.read_text().splitlines()) if out.exists() else 0
-        assert kills < max_kills, "the worker never got through its queries"
-    return kills
+    return sigkill.run_with_random_kills(
+        lambda done: _worker(args[0], *args[1:3], str(done), *args[3:]), out, n,
+        kills_wanted=kills_wanted, max_wait=max_wait, seed=seed, max_kills=max_kills)
 
 
 @pytest.mark.slow

@@ -4,7 +4,6 @@ Fig. 3; durability; SIGKILL at random points; processes racing for the same budg
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from hypothesis import strategies as st
 
 from dprivacy.tables.engine import BudgetTable, proper_budgets, relation_from
 from dprivacy.tables.ledger import scalar_units
+from tests.sigkill import run_with_random_kills
 
 ROOT = str(Path(__file__).resolve().parents[3])
 ENV = {**os.environ, "PYTHONPATH": ROOT}
@@ -110,18 +110,9 @@ def _worker(*args: str) -> subprocess.Popen:
 @pytest.mark.slow
 def test_sigkill_at_random_points_never_releases_an_uncharged_answer(tmp_path):
     db, out = tmp_path / "k.duckdb", tmp_path / "released.txt"
-    n, rng, kills = 40, np.random.default_rng(0), 0
-    while (done := len(out.read_text().splitlines()) if out.exists() else 0) < n:
-        proc = _worker("kill", str(db), str(out), str(done), str(n))
-        try:
-            proc.wait(timeout=rng.uniform(0.0, 0.6) if kills < 3 else 300)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGKILL)
-            kills += 1
-        proc.wait()
-        assert proc.stdout is not None
-        proc.stdout.close()
-        assert kills < 200
+    n = 40
+    kills = run_with_random_kills(lambda done: _worker("kill", str(db), str(out), str(done), str(n)),
+                                  out, n, kills_wanted=3, max_wait=0.6, seed=0, max_kills=200)
     released = [line.split() for line in out.read_text().splitlines()]
     assert [r[1] for r in released] == [f"q{i}" for i in range(n)] and kills >= 2
     con = duckdb.connect(str(db))
