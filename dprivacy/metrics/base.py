@@ -227,12 +227,23 @@ class Metric(ABC):
             i, j, w = e
             checked_budget(self, lambda: np.asarray(w, dtype=float))
             return ConstraintSet.edges(i, j, w, universe.N)
-        if universe.N <= dense_limit:
+        if universe.N <= dense_limit and not self._prunes(universe):
             return with_scan_hints(self, universe, ConstraintSet.dense(self.budget(universe)))
         self._check_universe(universe)
         return with_scan_hints(self, universe, ConstraintSet.oracle(
             universe.N, lambda rows: checked_budget(self, lambda: self.block(universe, rows)),
             pair=self.pair_budget(universe)))
+
+    def _prunes(self, universe: Universe) -> bool:
+        """From ``solvers.constraints.PRUNE_MIN_N`` elements on, a metric with a geometric index
+        is scanned through a budget oracle plus the index (exact pruned scans) even below the
+        dense limit: the dense N x N budget would cost more than every scan of the design."""
+        from solvers.constraints import PRUNE_MIN_N
+
+        if universe.N < PRUNE_MIN_N:
+            return False
+        self._check_universe(universe)
+        return self.geometric_index(universe) is not None
 
     def geometric_index(self, universe: Universe) -> GeometricIndex | None:
         """Hook: points phi and c with eps_ij >= c ||phi_i - phi_j|| (see solvers.pruned), which

@@ -26,7 +26,7 @@ from dprivacy.universe import Universe
 from solvers.pruned import GeometricIndex
 
 if TYPE_CHECKING:
-    from solvers import ConstraintSet
+    pass
 
 #: Mean Earth radius (IUGG), km, for the spherical model.
 EARTH_RADIUS_KM = 6371.0088
@@ -67,20 +67,6 @@ def _eps_min(metric: Metric, universe: Universe) -> float:
     if key not in per:
         per[key] = float(metric.constraint_set(universe).min_positive_eps())
     return per[key]
-
-
-def _indexed_oracle(metric: Metric, universe: Universe, dense_limit: int) -> ConstraintSet | None:
-    """From ``solvers.constraints.PRUNE_MIN_N`` elements on, the constraint set of a metric with
-    a geometric index is a budget oracle plus the index (pruned scans): the dense N x N budget
-    would cost more than every scan of the design. None below it (the dense path)."""
-    import solvers.constraints as sc
-
-    if universe.N < sc.PRUNE_MIN_N and universe.N <= dense_limit:
-        return None
-    index = metric.geometric_index(universe)
-    cs = sc.ConstraintSet.oracle(universe.N, lambda rows: metric.block(universe, rows),
-                                 pair=metric.pair_budget(universe))
-    return cs.with_index(index)
 
 
 def _euclid_pairs(c: np.ndarray, scale: float) -> PairFn:
@@ -147,13 +133,6 @@ class Euclidean(Metric):
 
     def _raw_budget(self, universe: Universe) -> np.ndarray:
         return self.block(universe, np.arange(universe.N))
-
-    def constraint_set(self, universe: Universe, *, dense_limit: int = DENSE_LIMIT) -> ConstraintSet:
-        """All pairs, scanned by exact branch and bound from ``solvers.constraints.PRUNE_MIN_N``
-        elements on (a budget oracle plus the geometric index), else the dense budget."""
-        self._check_universe(universe)
-        cs = _indexed_oracle(self, universe, dense_limit)
-        return cs if cs is not None else super().constraint_set(universe, dense_limit=dense_limit)
 
     def geometric_index(self, universe: Universe) -> GeometricIndex:
         """eps_ij = eps_per_unit ||p_i - p_j|| >= eps_per_unit (1 - 1e-9) ||p_i - p_j||."""
@@ -235,13 +214,6 @@ class Geodesic(Metric):
         out = np.zeros((len(c), len(c)))
         out[i, j] = out[j, i] = wgs84_km(c[i], c[j])
         return self.eps_per_km * out
-
-    def constraint_set(self, universe: Universe, *, dense_limit: int = DENSE_LIMIT) -> ConstraintSet:
-        """All pairs, scanned by exact branch and bound from ``solvers.constraints.PRUNE_MIN_N``
-        elements on (a budget oracle plus the geometric index), else the dense budget."""
-        self._check_universe(universe)
-        cs = _indexed_oracle(self, universe, dense_limit)
-        return cs if cs is not None else super().constraint_set(universe, dense_limit=dense_limit)
 
     def geometric_index(self, universe: Universe) -> GeometricIndex:
         """eps_ij >= eps_per_km * (chord between the Earth-centred points, km), with margins
