@@ -74,3 +74,57 @@ def test_interior_point_rounds_reach_the_same_private_optimum(grid) -> None:
     assert ipm.expected_loss == pytest.approx(simplex.expected_loss, rel=1e-6)
     with pytest.raises(ValueError, match="lp_solver"):
         solve_dx_lp(eps, d, lp_solver="barrier")
+
+
+def test_column_generation_matches_cutting_planes_and_direct_with_a_prior() -> None:
+    rng = np.random.default_rng(3)
+    pts = rng.uniform(0, 5, size=(14, 2))
+    d = cdist(pts, pts)
+    eps = 0.7 * d
+    prior = rng.dirichlet(np.ones(14))
+    dw = solve_dx_lp(eps, d ** 2, prior)
+    cp = solve_dx_lp(eps, d ** 2, prior, method="cutting_planes")
+    direct = solve_dx_lp(eps, d ** 2, prior, method="direct")
+    assert dw.info["status"] == "Optimal" and dw.repair_weight < 1e-6
+    assert dw.expected_loss == pytest.approx(direct.expected_loss, rel=1e-7)
+    assert dw.expected_loss == pytest.approx(cp.expected_loss, rel=1e-7)
+    # the certificate: the Lagrangian bound meets the master's value, below the true optimum
+    assert dw.info["lower_bound"] <= direct.lp_objective * (1 + 1e-9)
+    assert dw.lp_objective - dw.info["lower_bound"] <= 1e-9 * dw.lp_objective
+    assert _triples_ok(dw.T, eps) and np.allclose(dw.T.sum(axis=1), 1.0)
+
+
+def test_column_generation_stopped_early_is_still_private(grid) -> None:
+    pts, d = grid
+    eps = 0.5 * d
+    r = solve_dx_lp(eps, d, max_rounds=2)
+    assert r.info["status"] == "Round limit reached"
+    assert _triples_ok(r.T, eps) and np.allclose(r.T.sum(axis=1), 1.0)
+    assert r.expected_loss >= solve_dx_lp(eps, d).expected_loss - 1e-9
+    with pytest.raises(ValueError, match="method"):
+        solve_dx_lp(eps, d, method="simplex")
+    zero = eps.copy()
+    zero[0, 1] = zero[1, 0] = 0.0
+    with pytest.raises(ValueError, match="budget 0"):
+        solve_dx_lp(zero, d)
+
+
+def test_pricing_certificate_bounds_later_pricings() -> None:
+    """A skipped output's bound (value + min(rc + h - g)) never exceeds its exact pricing value."""
+    from dprivacy.local.dantzig_wolfe import _Pricer
+    from dprivacy.local.optimal import constraint_pairs
+
+    rng = np.random.default_rng(5)
+    pts = rng.uniform(0, 4, size=(12, 2))
+    eps = 0.6 * cdist(pts, pts)
+    x, y, b = constraint_pairs(eps)
+    pr = _Pricer(12, x, y, b, eps, neighbours=2, tol=1e-10)
+    for z in range(12):
+        g = rng.normal(size=12)
+        v, val, rc = pr.solve(z, g)
+        assert np.all(v[x] <= np.exp(b) * v[y] * (1 + 1e-8)) and v.sum() == pytest.approx(1.0)
+        assert val == pytest.approx(g @ v, abs=1e-9) and rc.min() >= -1e-9
+        for _ in range(5):
+            h = g + rng.normal(scale=0.5, size=12)
+            bound = val + np.min(rc + h - g)
+            assert bound <= pr.solve(z, h)[1] + 1e-9
