@@ -37,7 +37,7 @@ from dprivacy.local.budget import PersonalBudget
 from dprivacy.local.builtins import POSTS, PRES, derive_seed
 from dprivacy.local.policy import PublicPolicy
 from dprivacy.local.query import Code, Query
-from dprivacy.local.sandbox import Sandbox, SandboxUnavailableError
+from dprivacy.local.sandbox import PAD_SLACK, Sandbox, SandboxUnavailableError
 from dprivacy.noise import resolve_rng
 
 __all__ = ["UserAgent"]
@@ -180,7 +180,11 @@ class UserAgent:
         return None
 
     def _randomise(self, q: Query) -> Any:
-        """Private policy, pre, domain enforcement and T, padded to ``q.t`` seconds."""
+        """Private policy, pre, domain enforcement and T, padded to ``q.t + PAD_SLACK`` seconds.
+
+        Sandboxed code gets what is left of ``q.t`` (it is killed by then); the slack hides the
+        kill, so a ``pre`` that runs into the bound takes as long as one that returns.
+        """
         start = time.monotonic()
         try:
             use_data = True
@@ -192,7 +196,7 @@ class UserAgent:
             pre_in = {f: self._data[f] for f in q.fields} if use_data else self._dummy(q)
             v: Any = None
             if pre_in is not None:
-                ok, v = self._call(q.pre, PRES, [pre_in], q)
+                ok, v = self._call(q.pre, PRES, [pre_in], q, q.t - (time.monotonic() - start))
                 if not ok:
                     v = None
             try:
@@ -204,19 +208,24 @@ class UserAgent:
             return q.T.apply(v, self._rng)
         finally:
             if self.pad:
-                left = q.t - (time.monotonic() - start)
+                left = q.t + PAD_SLACK - (time.monotonic() - start)
                 if left > 0:
                     time.sleep(left)
 
-    def _call(self, code: Code, table: Mapping[str, Any], args: list[Any], q: Query) -> tuple[bool, Any]:
-        """Run a builtin or sandboxed processor; (False, None) on any failure."""
+    def _call(self, code: Code, table: Mapping[str, Any], args: list[Any], q: Query,
+              seconds: float | None = None) -> tuple[bool, Any]:
+        """Run a builtin or sandboxed processor (``seconds``: its time bound, default ``q.t``);
+        (False, None) on any failure."""
         params, seed = dict(q.params), derive_seed(q.seed, self.user)
         try:
             if code.is_builtin:
                 return True, table[str(code.name)](args[0], params, seed, self._rng)
             assert self.sandbox is not None and code.source_code is not None
+            limit = float(q.t) if seconds is None else float(seconds)
+            if limit <= 0:
+                return False, None
             out = self.sandbox.run(code.source_code, code.entry, [args[0], params, seed],
-                                   time_limit=float(q.t), memory_mb=q.memory_mb, pad=False)
+                                   time_limit=limit, memory_mb=q.memory_mb, pad=False)
             if not out.ok:
                 log.debug("query %s: %s failed (%s)", q.id, code.entry, out.reason)
             return out.ok, out.value

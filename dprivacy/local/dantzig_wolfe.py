@@ -93,12 +93,19 @@ class _Pricer:
             self.start = (near | near.T)[x, y]
         self.rows = np.zeros(n, dtype=np.int64)
         self.solves = 0
+        # the cone ray centred on z is a vertex of K ∩ {sum v = 1}: its shortest-path tree's pairs
+        # are tight, so each model starts from that basis instead of from scratch
+        index = np.full((n, n), -1, dtype=np.int64)
+        index[x, y] = np.arange(x.size)
+        _, pred = shortest_path(csr_matrix((b, (x, y)), shape=(n, n)), directed=True,
+                                return_predecessors=True)
         for z in range(n):
-            self._model(z)
+            others = np.flatnonzero(np.arange(n) != z)
+            self._model(z, index[pred[z, others], others])
 
-    def _model(self, z: int) -> Any:
-        if z in self.models:
-            return self.models[z]
+    def _model(self, z: int, tree: np.ndarray) -> None:
+        import highspy
+
         n = self.n
         h = _highs()
         h.setOptionValue("simplex_strategy", 4)  # primal: after a cost change the basis stays feasible
@@ -106,9 +113,17 @@ class _Pricer:
         h.addRows(1, np.ones(1), np.ones(1), n, np.zeros(1, dtype=np.int32),
                   np.arange(n, dtype=np.int32), np.ones(n))
         added = self.start | (self.x == z) | (self.y == z)
+        added[tree] = True
+        rows = np.flatnonzero(added)
         self.models[z], self.added[z] = h, added
-        self._add(z, np.flatnonzero(added))
-        return h
+        self._add(z, rows)
+        basis = highspy.HighsBasis()
+        basis.col_status = [highspy.HighsBasisStatus.kBasic] * n
+        status = np.full(rows.size, highspy.HighsBasisStatus.kBasic, dtype=object)
+        status[np.searchsorted(rows, tree)] = highspy.HighsBasisStatus.kUpper
+        basis.row_status = [highspy.HighsBasisStatus.kLower, *status.tolist()]
+        basis.valid = True
+        h.setBasis(basis)
 
     def _add(self, z: int, p: np.ndarray) -> None:
         h, k = self.models[z], p.size
@@ -129,7 +144,7 @@ class _Pricer:
         (rc: the reduced costs, >= 0; the pair rows' duals only add), so a later pricing of z can
         be skipped when that bound is not negative.
         """
-        h = self._model(z)
+        h = self.models[z]
         self.solves += 1
         h.changeColsCost(self.n, np.arange(self.n, dtype=np.int32), g)
         added = self.added[z]
@@ -161,7 +176,8 @@ def _cone_rays(n: int, x: np.ndarray, y: np.ndarray, b: np.ndarray) -> np.ndarra
 def dantzig_wolfe(cost: np.ndarray, eps: np.ndarray, x: np.ndarray, y: np.ndarray, b: np.ndarray, *,
                   neighbours: int = 4, centres: int = 10, alpha: float = 0.8, gap_tol: float = 1e-9,
                   tol: float = 1e-10, time_limit: float | None = None,
-                  max_rounds: int = 100_000, workers: int = 2) -> DWResult:
+                  max_rounds: int = 100_000, workers: int = 2,
+                  batch: int | None = None, max_columns: int | None = None) -> DWResult:
     """Solve ``min <cost, T>`` over row-stochastic T with ``T[x, z] <= exp(b) T[y, z]`` on the pairs.
 
     Parameters
@@ -189,12 +205,19 @@ def dantzig_wolfe(cost: np.ndarray, eps: np.ndarray, x: np.ndarray, y: np.ndarra
         Round limit.
     workers : int
         Pricing models solved in parallel (threads).
+    batch : int, optional
+        Outputs priced per round (default N / 4): those whose certified bound is most negative.
+    max_columns : int, optional
+        When the master has more columns (default 8 N), the non-basic ones of largest reduced
+        cost are dropped down to half of it (they stay in the pool and may come back).
     """
     if np.any(b <= 0):
         raise ValueError("pairs with budget 0 must be merged before solving (identical rows)")
     if not 0 <= alpha < 1:
         raise ValueError(f"alpha = {alpha}: use 0 <= alpha < 1")
     n = cost.shape[0]
+    batch = max(1, n // 4) if batch is None else int(batch)
+    keep = max_columns // 2 if max_columns is not None else 4 * n
     t0 = time.perf_counter()
     pricer = _Pricer(n, x, y, b, eps, neighbours, tol)
     cone = _cone_rays(n, x, y, b)
@@ -223,6 +246,23 @@ def dantzig_wolfe(cost: np.ndarray, eps: np.ndarray, x: np.ndarray, y: np.ndarra
         cols_r.extend(r_.tolist())
         return k
 
+    def purge() -> None:
+        """Drop the non-basic columns of largest reduced cost (they stay in the pool)."""
+        import highspy
+
+        nonlocal cols_z, cols_r
+        basic = np.array([s == highspy.HighsBasisStatus.kBasic for s in master.getBasis().col_status])
+        rc = np.where(basic, -np.inf, np.asarray(master.getSolution().col_dual))
+        drop = np.sort(np.argsort(rc)[keep:])
+        drop = drop[~basic[drop]]
+        master.deleteCols(drop.size, drop.astype(np.int32))
+        alive = np.ones(len(cols_z), dtype=bool)
+        alive[drop] = False
+        in_master.difference_update(zip(np.asarray(cols_z)[drop].tolist(),
+                                         np.asarray(cols_r)[drop].tolist(), strict=True))
+        cols_z = np.asarray(cols_z)[alive].tolist()
+        cols_r = np.asarray(cols_r)[alive].tolist()
+
     k = min(centres, n)
     near = np.argsort(eps, axis=0)[:k]  # the k inputs nearest each z (z itself first)
     add(np.arange(n), np.zeros(n, dtype=int))
@@ -238,6 +278,8 @@ def dantzig_wolfe(cost: np.ndarray, eps: np.ndarray, x: np.ndarray, y: np.ndarra
             obj = float(master.getInfo().objective_function_value)
             mu = np.asarray(master.getSolution().row_dual)
             rounds += 1
+            if len(cols_z) > 2 * keep:
+                purge()
             if obj - best_lb <= gap_tol * max(1.0, abs(obj)):
                 break
             if rounds >= max_rounds:
@@ -258,6 +300,8 @@ def dantzig_wolfe(cost: np.ndarray, eps: np.ndarray, x: np.ndarray, y: np.ndarra
             mu_s = mu if mu_best is None else a * mu_best + (1 - a) * mu
             bound = last_val + np.min(last_rc + last_mu - mu_s[:, None], axis=0)
             zs = np.flatnonzero(bound < 0)
+            if zs.size > batch:  # the most promising outputs first; the others keep their bound
+                zs = zs[np.argpartition(bound[zs], batch)[:batch]]
             priced += 1
             tp = time.perf_counter()
             out = list(pool_ex.map(pricer.solve, zs, (cost[:, z] - mu_s for z in zs)))

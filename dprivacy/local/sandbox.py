@@ -9,7 +9,9 @@ used Nsjail). Here each call is a fresh Python interpreter started by ``bwrap`` 
 * resource limits set before ``exec`` (``setrlimit``): address space (memory bound), CPU
   seconds, written file size (bounds the output), open files;
 * a wall-clock time bound ``t``: the process group is killed at ``t``; with ``pad=True`` every
-  call takes ``t`` seconds whatever the code does (the timing channel of Paper IV §3.4).
+  call takes ``t + PAD_SLACK`` seconds whatever the code does (the timing channel of Paper IV
+  §3.4): the slack hides the few milliseconds that killing and collecting a process at its bound
+  take, which would otherwise tell code that ran into the bound from code that returned.
 
 The code receives JSON and must return JSON. Any failure (exception, time-out, memory, bad
 output, killed) is reported as ``Outcome(ok=False)``; the agent then substitutes a random
@@ -43,6 +45,8 @@ log = logging.getLogger(__name__)
 
 #: Largest output (bytes) a sandboxed call may write; beyond it the call fails.
 MAX_OUTPUT = 1 << 20
+#: Seconds added to the time bound when padding: more than a kill at the bound takes.
+PAD_SLACK = 0.25
 
 _RUNNER = r"""
 import json, sys
@@ -179,7 +183,7 @@ class Sandbox:
             out = self._exec(payload, time_limit, memory_mb)
         finally:
             if pad:
-                left = time_limit - (time.monotonic() - start)
+                left = time_limit + PAD_SLACK - (time.monotonic() - start)
                 if left > 0:
                     time.sleep(left)
         return out

@@ -134,3 +134,29 @@ def test_agent_maps_contained_code_to_random_element(attack: str, sandbox: Sandb
         assert replies["a"] == ["a", "a"]
     else:
         assert len(set(replies["a"] + replies["b"])) >= 3
+
+
+def test_padding_hides_a_pre_killed_at_its_bound(tmp_path: Path) -> None:
+    """Differential timing: the same program loops for the user holding 'b' and returns for 'a'.
+
+    With padding, both replies take ``t + PAD_SLACK`` (the kill at the bound is hidden), so the
+    analyst's clock cannot tell the users apart beyond scheduling jitter.
+    """
+    from dprivacy.local.sandbox import PAD_SLACK
+
+    cats = list("ab")
+    T = MatrixRandomiser(rr_matrix(1.0, 2), inputs=cats, outputs=cats)  # noqa: N806
+    sb = Sandbox(pad=False)
+    took: dict[str, list[float]] = {}
+    for value in ("a", "b"):
+        agent = UserAgent(f"user-{value}", {"v": value}, PersonalBudget(":memory:", value, total=100.0),
+                          sandbox=sb, pad=True, rng=0)
+        took[value] = []
+        for k in range(3):
+            q = Query(f"t{k}", T, Code.source(ATTACKS["loop"]), fields=("v",), t=1.0, memory_mb=256)
+            t0 = time.monotonic()
+            assert agent.handle(q)["status"] == "ok"
+            took[value].append(time.monotonic() - t0)
+    for value in ("a", "b"):
+        assert min(took[value]) >= 1.0 + PAD_SLACK
+    assert abs(np.median(took["a"]) - np.median(took["b"])) < 0.012
