@@ -9,20 +9,23 @@ problem (Dantzig & Wolfe, *Oper. Res.* 8, 1960)::
     minimise    sum_(z, v) lam[z, v] <cost[:, z], v>
     subject to  sum_(z, v) lam[z, v] v[x] = 1    for every input x,   lam >= 0,
 
-with only N rows. A new column for output z is the ray minimising the reduced cost
-``<cost[:, z] - mu, v>`` over ``K ∩ {sum v = 1}`` (``mu``: the master's row duals): a small LP in N
-variables, solved exactly with its own cutting planes over the pairs and warm-started between
-rounds. The optimal randomiser of Bordenabe et al. (CCS 2014) has few outputs in use, so the
-master needs few columns.
+with only N rows. A new column for output z is the ray minimising the reduced cost ``<cost[:, z] -
+mu, v>`` over ``K ∩ {sum v = 1}`` (``mu``: the master's row duals): a small LP in N variables,
+solved exactly with its own cutting planes over the pairs, started from the basis of the cone ray
+``exp(-D[:, z])`` (D: shortest paths over the pair budgets; its shortest-path tree is a vertex)
+and warm-started between rounds; the pricing LPs of a round run on threads. The optimal randomiser
+of Bordenabe et al. (CCS 2014) has few outputs in use, so the master needs few columns.
 
 Convergence is certified by the Lagrangian bound: because every ray sums to 1, the master's
-columns carry total weight N, so ``sum(mu) + N · min_z (least reduced cost of z)`` is a lower bound
-on the LP optimum for any ``mu``. The duals of a degenerate master jump from round to round;
-pricing at ``alpha · mu_best + (1 - alpha) · mu`` (Wentges' smoothing, *Int. Trans. Oper. Res.*
-4, 1997; ``mu_best``: the duals with the best bound so far) steadies them. The loop stops when the
+columns carry total weight N, so ``sum(mu) + N · min_z (least reduced cost of z)`` is a lower
+bound on the LP optimum for any ``mu``. The duals of a degenerate master jump from round to round;
+pricing at ``alpha · mu_best + (1 - alpha) · mu`` (Wentges' smoothing, *Int. Trans. Oper. Res.* 4,
+1997; ``mu_best``: the duals with the best bound so far) steadies them. The loop stops when the
 master's value and the bound agree to ``gap_tol`` (relative): the result is optimal for the full
-LP, not a heuristic. Columns are rays of K, so ``T`` satisfies every pair constraint up to the
-solver's tolerance (the caller repairs and re-checks it).
+LP, not a heuristic. The last pricing of each output certifies a lower bound on its next value
+(``_Pricer.solve``), so outputs that cannot improve are not priced again. Columns are rays of
+K, so ``T`` satisfies every pair constraint up to the solver's tolerance (the caller repairs and
+re-checks it).
 
 numpy/scipy/highspy only (no dprivacy objects).
 """
@@ -177,7 +180,7 @@ def dantzig_wolfe(cost: np.ndarray, eps: np.ndarray, x: np.ndarray, y: np.ndarra
                   neighbours: int = 4, centres: int = 10, alpha: float = 0.8, gap_tol: float = 1e-9,
                   tol: float = 1e-10, time_limit: float | None = None,
                   max_rounds: int = 100_000, workers: int = 2,
-                  batch: int | None = None, max_columns: int | None = None) -> DWResult:
+                  batch: int | None = None) -> DWResult:
     """Solve ``min <cost, T>`` over row-stochastic T with ``T[x, z] <= exp(b) T[y, z]`` on the pairs.
 
     Parameters
@@ -206,18 +209,17 @@ def dantzig_wolfe(cost: np.ndarray, eps: np.ndarray, x: np.ndarray, y: np.ndarra
     workers : int
         Pricing models solved in parallel (threads).
     batch : int, optional
-        Outputs priced per round (default N / 4): those whose certified bound is most negative.
-    max_columns : int, optional
-        When the master has more columns (default 8 N), the non-basic ones of largest reduced
-        cost are dropped down to half of it (they stay in the pool and may come back).
+        Outputs priced per round: those whose certified bound is most negative (default: every
+        output whose bound is negative). Smaller batches mean more, cheaper rounds: measured on
+        a 10 x 10 grid (N = 100) 24 s with 12 vs 46 s with all, but on a 20 x 20 grid spanner
+        (N = 400) 389 s with 100 vs 191 s with all.
     """
     if np.any(b <= 0):
         raise ValueError("pairs with budget 0 must be merged before solving (identical rows)")
     if not 0 <= alpha < 1:
         raise ValueError(f"alpha = {alpha}: use 0 <= alpha < 1")
     n = cost.shape[0]
-    batch = max(1, n // 4) if batch is None else int(batch)
-    keep = max_columns // 2 if max_columns is not None else 4 * n
+    batch = n if batch is None else max(1, int(batch))
     t0 = time.perf_counter()
     pricer = _Pricer(n, x, y, b, eps, neighbours, tol)
     cone = _cone_rays(n, x, y, b)
@@ -246,23 +248,6 @@ def dantzig_wolfe(cost: np.ndarray, eps: np.ndarray, x: np.ndarray, y: np.ndarra
         cols_r.extend(r_.tolist())
         return k
 
-    def purge() -> None:
-        """Drop the non-basic columns of largest reduced cost (they stay in the pool)."""
-        import highspy
-
-        nonlocal cols_z, cols_r
-        basic = np.array([s == highspy.HighsBasisStatus.kBasic for s in master.getBasis().col_status])
-        rc = np.where(basic, -np.inf, np.asarray(master.getSolution().col_dual))
-        drop = np.sort(np.argsort(rc)[keep:])
-        drop = drop[~basic[drop]]
-        master.deleteCols(drop.size, drop.astype(np.int32))
-        alive = np.ones(len(cols_z), dtype=bool)
-        alive[drop] = False
-        in_master.difference_update(zip(np.asarray(cols_z)[drop].tolist(),
-                                         np.asarray(cols_r)[drop].tolist(), strict=True))
-        cols_z = np.asarray(cols_z)[alive].tolist()
-        cols_r = np.asarray(cols_r)[alive].tolist()
-
     k = min(centres, n)
     near = np.argsort(eps, axis=0)[:k]  # the k inputs nearest each z (z itself first)
     add(np.arange(n), np.zeros(n, dtype=int))
@@ -278,8 +263,6 @@ def dantzig_wolfe(cost: np.ndarray, eps: np.ndarray, x: np.ndarray, y: np.ndarra
             obj = float(master.getInfo().objective_function_value)
             mu = np.asarray(master.getSolution().row_dual)
             rounds += 1
-            if len(cols_z) > 2 * keep:
-                purge()
             if obj - best_lb <= gap_tol * max(1.0, abs(obj)):
                 break
             if rounds >= max_rounds:

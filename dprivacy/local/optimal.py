@@ -183,7 +183,8 @@ def _cutting_planes(c: np.ndarray, n: int, x: np.ndarray, y: np.ndarray, b: np.n
 def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
                 edges: tuple[np.ndarray, np.ndarray] | None = None, dilation: float = 1.0,
                 method: str = "dantzig_wolfe", neighbours: int = 8, max_rounds: int | None = None,
-                time_limit: float | None = None, lp_solver: str = "simplex") -> LPResult:
+                time_limit: float | None = None, lp_solver: str = "simplex",
+                pricing_batch: int | None = None) -> LPResult:
     """Solve the optimal d_X-local randomiser LP.
 
     Parameters
@@ -220,6 +221,10 @@ def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
         machine, 60 s vs 105 s, same optimum to ~1e-8 relative; its small infeasibilities are
         repaired like any other, so the result is private either way).
 
+    pricing_batch : int, optional
+        With ``"dantzig_wolfe"``, the outputs priced per round (default all whose certified
+        bound is negative; see :func:`dprivacy.local.dantzig_wolfe.dantzig_wolfe`).
+
     Returns
     -------
     LPResult
@@ -252,7 +257,8 @@ def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
         raise ValueError(f"lp_solver = {lp_solver!r}: use 'simplex' or 'ipm'")
     if method == "dantzig_wolfe":
         dw = dantzig_wolfe(c.reshape(n, n), e, x, y, b, time_limit=time_limit,
-                           max_rounds=100_000 if max_rounds is None else max_rounds)
+                           max_rounds=100_000 if max_rounds is None else max_rounds,
+                           batch=pricing_batch)
         Tx, fun, rows = dw.T, dw.objective, dw.pricing_rows  # noqa: N806
         info: dict[str, Any] = {"status": dw.status, "rounds": dw.rounds, "pairs": int(x.size),
                 "lower_bound": dw.lower_bound, "columns": dw.columns,
