@@ -128,3 +128,35 @@ def test_pricing_certificate_bounds_later_pricings() -> None:
             h = g + rng.normal(scale=0.5, size=12)
             bound = val + np.min(rc + h - g)
             assert bound <= pr.solve(z, h)[1] + 1e-9
+
+
+@pytest.mark.parametrize("box", [0.0, 1e-3, 3.0])
+def test_dual_box_changes_the_path_not_the_optimum(box: float, caplog) -> None:
+    """Without slack columns, with a box so tight the bound first meets a relaxed master (which
+    must widen it, not stop), and with the default box: the same certified optimum."""
+    import logging
+
+    from dprivacy.local.dantzig_wolfe import dantzig_wolfe
+    from dprivacy.local.optimal import constraint_pairs
+
+    rng = np.random.default_rng(11)
+    pts = rng.uniform(0, 5, size=(12, 2))
+    d = cdist(pts, pts)
+    eps = 0.6 * d
+    x, y, b = constraint_pairs(eps)
+    direct = solve_dx_lp(eps, d, method="direct")
+    with caplog.at_level(logging.DEBUG, logger="dprivacy.local.dantzig_wolfe"):
+        r = dantzig_wolfe(d / 12, eps, x, y, b, box=box)
+    assert r.status == "Optimal"
+    assert r.objective == pytest.approx(direct.lp_objective, rel=1e-7)
+    assert r.lower_bound <= direct.lp_objective * (1 + 1e-9)
+    assert np.allclose(r.T.sum(axis=1), 1.0, atol=1e-9)
+    widened = "box widened" in caplog.text
+    assert widened == (box == 1e-3)
+    # stopped by a round limit while slack is in use: the master is re-solved without slack
+    early = dantzig_wolfe(d / 12, eps, x, y, b, box=1e-3, max_rounds=1)
+    assert early.status == "Round limit reached"
+    assert np.allclose(early.T.sum(axis=1), 1.0, atol=1e-9)
+    assert early.objective >= direct.lp_objective * (1 - 1e-9)
+    with pytest.raises(ValueError, match="box"):
+        dantzig_wolfe(d / 12, eps, x, y, b, box=-1.0)
