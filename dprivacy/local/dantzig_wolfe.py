@@ -31,8 +31,9 @@ costs no exactness: when the bound meets a master that still uses slack, the pen
 rows grows tenfold and the loop goes on. The loop stops when the master's value, with no slack in
 use, and the bound agree to ``gap_tol`` (relative): the result is optimal for the full LP, not a
 heuristic. Measured (one idle 2-core machine): a 20 x 20 grid spanner 155 s -> 46 s, a 10 x 10
-grid with every pair 31 s -> 8 s, 100 cities 525 s -> 98 s. The last pricing of each output certifies a lower bound on its next value
-(``_Pricer.solve``), so outputs that cannot improve are not priced again. Columns are rays of
+grid with every pair 31 s -> 8 s, 100 cities 525 s -> 98 s. The last pricing of each output
+certifies a lower bound on its next value (``_Pricer.solve``), so outputs that cannot improve are
+not priced again. Columns are rays of
 K, so ``T`` satisfies every pair constraint up to the solver's tolerance (the caller repairs and
 re-checks it).
 
