@@ -31,7 +31,7 @@ from experiments._common import save_figure, write_csv
 NAME = "local_optimal_vs_planar"
 COLUMNS = ["setting", "N", "eps_per_km", "loss", "method", "expected_loss", "planar_loss",
            "planar_se", "exponential_loss", "ratio_planar", "ratio_exponential", "constraints",
-           "seconds", "private", "lp_status", "lp_lower_bound"]
+           "seconds", "private", "lp_status", "lp_lower_bound", "dilation"]
 
 
 def grid_points(side: int, spacing_km: float = 1.0) -> np.ndarray:
@@ -66,7 +66,8 @@ def one(setting: str, pts: np.ndarray, eps_km: float, loss: str, method: str, di
             "ratio_planar": pl / r.expected_loss, "ratio_exponential": em / r.expected_loss,
             "constraints": r.n_constraints, "seconds": secs, "private": bool(check_dx(r.T, eps).ok),
             "lp_status": str(r.info.get("status")),
-            "lp_lower_bound": float(r.info.get("lower_bound", np.nan))}
+            "lp_lower_bound": float(r.info.get("lower_bound", np.nan)),
+            "dilation": dilation if dilation is not None else 1.0}
 
 
 def run(quick: bool, seed: int, outdir: Path) -> pd.DataFrame:
@@ -91,7 +92,8 @@ def run(quick: bool, seed: int, outdir: Path) -> pd.DataFrame:
     df = pd.DataFrame(rows, columns=COLUMNS)
     write_csv(df, outdir, NAME)
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
-    lab = df.setting + " N=" + df.N.astype(str) + " " + df.method + "\n" + df.loss + " ε=" + \
+    lab = df.setting + " N=" + df.N.astype(str) + " " + df.method + \
+        df.dilation.map(lambda v: f" δ={v:g}" if v > 1 else "") + "\n" + df.loss + " ε=" + \
         df.eps_per_km.map(lambda v: f"{v:.3g}")
     x = np.arange(len(df))
     ax.bar(x - 0.2, df.ratio_planar, 0.4, label="planar Laplace / LP")
@@ -105,7 +107,7 @@ def run(quick: bool, seed: int, outdir: Path) -> pd.DataFrame:
 
 
 def summarize(df: pd.DataFrame) -> pd.DataFrame:
-    return df[["setting", "N", "method", "loss", "eps_per_km", "expected_loss", "planar_loss",
+    return df[["setting", "N", "method", "dilation", "loss", "eps_per_km", "expected_loss", "planar_loss",
                "ratio_planar", "ratio_exponential", "seconds", "private"]]
 
 
