@@ -263,7 +263,8 @@ def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
         info: dict[str, Any] = {"status": dw.status, "rounds": dw.rounds, "pairs": int(x.size),
                 "lower_bound": dw.lower_bound, "columns": dw.columns,
                 "pricing_rounds": dw.pricing_rounds, "pricing_solves": dw.pricing_solves,
-                "pricing_seconds": dw.pricing_seconds, "master_seconds": dw.master_seconds}
+                "pricing_seconds": dw.pricing_seconds, "master_seconds": dw.master_seconds,
+                "purged": dw.purged}
     elif method == "cutting_planes":
         Tx, fun, rows, rounds, status = _cutting_planes(  # noqa: N806
             c, n, x, y, b, e, neighbours=neighbours, tol=1e-10, time_limit=time_limit,

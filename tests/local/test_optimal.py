@@ -160,3 +160,26 @@ def test_dual_box_changes_the_path_not_the_optimum(box: float, caplog) -> None:
     assert early.objective >= direct.lp_objective * (1 - 1e-9)
     with pytest.raises(ValueError, match="box"):
         dantzig_wolfe(d / 12, eps, x, y, b, box=-1.0)
+
+
+@pytest.mark.parametrize("purge_age", [None, 1])
+def test_purging_idle_columns_keeps_the_optimum(purge_age: int | None) -> None:
+    """Columns idle for one round leave the master (many purges) and the certified optimum is
+    the one without purging and the direct LP's."""
+    from dprivacy.local.dantzig_wolfe import dantzig_wolfe
+    from dprivacy.local.optimal import constraint_pairs
+
+    rng = np.random.default_rng(2)
+    pts = rng.uniform(0, 6, size=(16, 2))
+    d = cdist(pts, pts)
+    eps = 0.5 * d
+    x, y, b = constraint_pairs(eps)
+    direct = solve_dx_lp(eps, d ** 2, method="direct")
+    r = dantzig_wolfe(d ** 2 / 16, eps, x, y, b, purge_age=purge_age)
+    assert r.status == "Optimal"
+    assert (r.purged > 0) == (purge_age is not None)
+    assert r.objective == pytest.approx(direct.lp_objective, rel=1e-7)
+    assert r.lower_bound <= direct.lp_objective * (1 + 1e-9)
+    assert np.allclose(r.T.sum(axis=1), 1.0, atol=1e-9) and _triples_ok(r.T, eps * (1 + 1e-7))
+    with pytest.raises(ValueError, match="purge_age"):
+        dantzig_wolfe(d / 16, eps, x, y, b, purge_age=0)
