@@ -25,7 +25,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["build_parser", "main", "register"]
+__all__ = ["main", "register"]
+
+DESCRIPTION = ("the local model (PreTPost) from the command line: an aggregator (serve), a user's "
+               "agent (agent), the cost of a randomiser matrix (cost), an end-to-end run (simulate)")
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -77,6 +80,7 @@ def _read_matrix(path: str, flag: str) -> np.ndarray:
 
 
 def _cmd_cost(args: argparse.Namespace) -> int:
+    from dprivacy.cli.exits import OK, REFUSED  # here: dprivacy.cli imports this module
     from dprivacy.local.cost import check_dx, cost
 
     T = _read_matrix(args.matrix, "T.csv")  # noqa: N806
@@ -87,8 +91,8 @@ def _cmd_cost(args: argparse.Namespace) -> int:
         x, y = res.worst
         print(f"d_X check: {'ok' if res.ok else 'VIOLATED'}; worst pair ({x}, {y}): loss "
               f"{res.loss:.6g} vs budget {res.eps:.6g}")
-        return 0 if res.ok else 1
-    return 0 if math.isfinite(c) else 1
+        return OK if res.ok else REFUSED
+    return OK if math.isfinite(c) else REFUSED
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
@@ -105,6 +109,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
     rng = np.random.default_rng(args.seed)
     truth = rng.random(args.users) < args.share
+    seeds = rng.integers(2**32, size=args.users)  # one per user: the run does not depend on threads
     t0 = time.perf_counter()
     srv = run_server(create_app(), "127.0.0.1")
     q = warner_query("share", args.eps, "answer", ["yes", "no"])
@@ -116,7 +121,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             def agent(i: int) -> UserAgent:
                 return UserAgent(f"u{i}", {"answer": "yes" if truth[i] else "no"},
                                  PersonalBudget(ledger, f"u{i}", total=args.budget), sandbox=None,
-                                 pad=False, rng=int(rng.integers(2**32)) + i)
+                                 pad=False, rng=int(seeds[i]))
 
             simulate_users(srv.url, range(args.users), agent, workers=args.workers)
             replies = collect(c, q.id)
@@ -150,7 +155,10 @@ def _add(sub: Any) -> None:
     s.add_argument("--no-pad", action="store_true", help="do not pad pre to its time bound")
     s.set_defaults(local_func=_cmd_agent)
 
-    s = sub.add_parser("cost", help="cost(T) of a matrix CSV (and its d_X check)")
+    s = sub.add_parser("cost", help="cost(T) of a matrix CSV (and its d_X check)",
+                       epilog="exit codes: 0 finite cost (and the d_X check passes), 4 refused "
+                              "(a column has a zero, or the check fails), 3 a missing or "
+                              "malformed file, 2 usage")
     s.add_argument("matrix", help="CSV of the right-stochastic matrix T (rows = inputs)")
     s.add_argument("--metric", default=None, help="CSV of the budget matrix eps[x, x']")
     s.set_defaults(local_func=_cmd_cost)
@@ -168,7 +176,7 @@ def _add(sub: Any) -> None:
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``local`` command (with its sub-commands) to a ``dprivacy`` subparsers object."""
     p = subparsers.add_parser("local", help="local model (PreTPost): serve, agent, cost, simulate",
-                              description=__doc__.split("\n\n")[0])
+                              description=DESCRIPTION)
     _add(p.add_subparsers(dest="local_command", metavar="LOCAL_COMMAND", required=True))
     p.set_defaults(func=run)
     return p
@@ -179,19 +187,9 @@ def run(args: argparse.Namespace) -> int:
     return int(args.local_func(args))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m dprivacy.local", description=__doc__.split("\n\n")[0])
-    _add(p.add_subparsers(dest="local_command", metavar="COMMAND", required=True))
-    return p
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """Standalone entry point (``python -m dprivacy.local``)."""
-    from dprivacy.errors import DPrivacyError
+    """Standalone entry point (``python -m dprivacy.local``): the ``dprivacy local`` command, with
+    the same one-line errors and exit codes (0 ok, 2 usage, 3 input file, 4 refused matrix)."""
+    from dprivacy.cli.app import main as cli_main
 
-    args = build_parser().parse_args(argv)
-    try:
-        return run(args)
-    except (DPrivacyError, OSError, ValueError) as exc:
-        print(f"dprivacy local {args.local_command}: error: {exc}", file=sys.stderr)
-        return 1
+    return cli_main(["local", *(sys.argv[1:] if argv is None else argv)])

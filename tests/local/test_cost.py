@@ -159,9 +159,14 @@ def test_cli_cost(tmp_path, capsys) -> None:
     assert "1.09861228867" in capsys.readouterr().out
     d = tmp_path / "D.csv"
     np.savetxt(d, [[0.0, 1.0], [1.0, 0.0]], delimiter=",")
-    assert main(["cost", str(t), "--metric", str(d)]) == 1  # ln 3 > 1: violated
+    assert main(["cost", str(t), "--metric", str(d)]) == 4  # ln 3 > 1: violated, refused
     np.savetxt(t, [[1.0, 0.0], [0.5, 0.5]], delimiter=",")
-    assert main(["cost", str(t)]) == 1 and "inf" in capsys.readouterr().out
+    assert main(["cost", str(t)]) == 4 and "inf" in capsys.readouterr().out
+    # a missing file is an input error (3) with one line naming it, as for every dprivacy command
+    assert main(["cost", str(tmp_path / "missing.csv")]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "missing.csv" in err[0] and "Traceback" not in err[0]
+    assert main(["cost"]) == 2  # usage
 
 
 def test_register_adds_local_command() -> None:
