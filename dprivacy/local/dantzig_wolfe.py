@@ -308,6 +308,7 @@ def dantzig_wolfe(cost: np.ndarray, eps: np.ndarray, x: np.ndarray, y: np.ndarra
             rounds += 1
             used = col_val[:ns] > 0
             met = obj - best_lb <= gap_tol * max(1.0, abs(obj))
+            tau = 0.1 * gap_tol * max(1.0, abs(obj)) / n  # below this a column cannot matter
             if met and not used.any():
                 break
             if rounds >= max_rounds:
@@ -317,7 +318,6 @@ def dantzig_wolfe(cost: np.ndarray, eps: np.ndarray, x: np.ndarray, y: np.ndarra
                 status = "Time limit reached"
                 break
             if purge_age:
-                tau = 0.1 * gap_tol * max(1.0, abs(obj)) / n
                 ages = np.where((col_val[ns:] > 0) | (np.asarray(sol.col_dual)[ns:] <= tau), 0,
                                 np.asarray(age) + 1)
                 ages[:n] = 0  # the uniform rays stay: without slack they keep the master feasible
@@ -339,7 +339,6 @@ def dantzig_wolfe(cost: np.ndarray, eps: np.ndarray, x: np.ndarray, y: np.ndarra
                 log.debug("slack in %d rows at the bound: their box widened", rows.sum())
                 continue
             # 1. the pool: every known ray against every output (a matrix product)
-            tau = 0.1 * gap_tol * max(1.0, abs(obj)) / n  # below this a column cannot matter
             red = CV - (mu @ V)[None, :]
             best_r = np.argmin(red, axis=1)
             zs = np.flatnonzero(red[np.arange(n), best_r] < -tau)
