@@ -43,7 +43,8 @@ most populous Californian cities 525 s -> 98 s -> 54-62 s. Columns are rays of
 K, so ``T`` satisfies every pair constraint up to the solver's tolerance (the caller repairs and
 re-checks it).
 
-numpy/scipy/highspy only (no dprivacy objects).
+numpy/scipy/highspy only (no dprivacy objects besides the shared LP pieces of
+:mod:`dprivacy.local.lp_parts`).
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ from typing import Any
 import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import shortest_path
+
+from dprivacy.local.lp_parts import add_ratio_rows, nearest_pairs, new_highs
 
 __all__ = ["DWResult", "dantzig_wolfe"]
 
@@ -84,14 +87,7 @@ class DWResult:
 
 
 def _highs() -> Any:
-    import highspy
-
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("primal_feasibility_tolerance", 1e-10)
-    h.setOptionValue("dual_feasibility_tolerance", 1e-10)
-    h.setOptionValue("threads", 1)  # small models: HiGHS's own threads only cost (we run models in parallel)
-    return h
+    return new_highs(threads=1)  # small models: HiGHS's own threads only cost (we run models in parallel)
 
 
 class _Pricer:
@@ -109,11 +105,7 @@ class _Pricer:
         if x.size <= 32 * n:
             self.start = np.ones(x.size, dtype=bool)
         else:
-            k = min(neighbours, n - 1)
-            order = np.argsort(np.where(np.eye(n, dtype=bool), np.inf, eps), axis=1)[:, :k]
-            near = np.zeros((n, n), dtype=bool)
-            near[np.repeat(np.arange(n), k), order.ravel()] = True
-            self.start = (near | near.T)[x, y]
+            self.start = nearest_pairs(eps, neighbours)[x, y]
         self.rows = np.zeros(n, dtype=np.int64)
         self.solves = 0
         # the cone ray centred on z is a vertex of K ∩ {sum v = 1}: its shortest-path tree's pairs
@@ -149,16 +141,8 @@ class _Pricer:
         h.setBasis(basis)
 
     def _add(self, z: int, p: np.ndarray) -> None:
-        h, k = self.models[z], p.size
-        if k == 0:
-            return
-        idx = np.empty(2 * k, dtype=np.int32)
-        idx[0::2], idx[1::2] = self.x[p], self.y[p]
-        val = np.empty(2 * k)
-        val[0::2], val[1::2] = 1.0, -self.eb[p]
-        h.addRows(k, np.full(k, -np.inf), np.zeros(k), 2 * k, np.arange(0, 2 * k, 2, dtype=np.int32),
-                  idx, val)
-        self.rows[z] += k
+        add_ratio_rows(self.models[z], self.x[p], self.y[p], self.eb[p])
+        self.rows[z] += p.size
 
     def solve(self, z: int, g: np.ndarray) -> tuple[np.ndarray, float, np.ndarray]:
         """The ray of least reduced cost for output z, its value and the LP's reduced costs.

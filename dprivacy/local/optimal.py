@@ -36,6 +36,7 @@ import scipy.sparse as sp
 from scipy.optimize import linprog
 
 from dprivacy.local.dantzig_wolfe import dantzig_wolfe
+from dprivacy.local.lp_parts import add_ratio_rows, nearest_pairs, new_highs
 
 __all__ = ["LPResult", "solve_dx_lp", "constraint_pairs"]
 
@@ -106,16 +107,8 @@ def _repair(T: np.ndarray, x: np.ndarray, y: np.ndarray, b: np.ndarray) -> tuple
 
 
 def _add_pair_rows(h: Any, n: int, xs: np.ndarray, ys: np.ndarray, bs: np.ndarray, zs: np.ndarray) -> None:
-    k = xs.size
-    if k == 0:
-        return
-    idx = np.empty(2 * k, dtype=np.int32)
-    idx[0::2] = xs * n + zs
-    idx[1::2] = ys * n + zs
-    val = np.empty(2 * k)
-    val[0::2] = 1.0
-    val[1::2] = -np.exp(bs)
-    h.addRows(k, np.full(k, -np.inf), np.zeros(k), 2 * k, np.arange(0, 2 * k, 2, dtype=np.int32), idx, val)
+    """Rows ``T[x, z] - exp(b) T[y, z] <= 0`` (variable ``x * n + z``)."""
+    add_ratio_rows(h, xs * n + zs, ys * n + zs, np.exp(bs))
 
 
 def _violations(T: np.ndarray, x: np.ndarray, y: np.ndarray, b: np.ndarray, tol: float,  # noqa: N803
@@ -139,12 +132,7 @@ def _cutting_planes(c: np.ndarray, n: int, x: np.ndarray, y: np.ndarray, b: np.n
                     eps: np.ndarray, *, neighbours: int, tol: float, time_limit: float | None,
                     max_rounds: int, lp_solver: str = "simplex") -> tuple[np.ndarray, float, int, int, str]:
     """Solve the LP with the pair constraints added lazily (exact: stops when none is violated)."""
-    import highspy
-
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("primal_feasibility_tolerance", 1e-10)
-    h.setOptionValue("dual_feasibility_tolerance", 1e-10)
+    h = new_highs()
     if lp_solver == "ipm":  # interior point without crossover: faster on the big rounds
         h.setOptionValue("solver", "ipm")
         h.setOptionValue("run_crossover", "off")
@@ -154,12 +142,7 @@ def _cutting_planes(c: np.ndarray, n: int, x: np.ndarray, y: np.ndarray, b: np.n
     h.addRows(n, np.ones(n), np.ones(n), nv, (np.arange(n) * n).astype(np.int32),
               np.arange(nv, dtype=np.int32), np.ones(nv))
     # start with every z for the pairs of each input with its nearest neighbours
-    k = min(neighbours, n - 1)
-    order = np.argsort(np.where(np.eye(n, dtype=bool), np.inf, eps), axis=1)[:, :k]
-    near = np.zeros((n, n), dtype=bool)
-    near[np.repeat(np.arange(n), k), order.ravel()] = True
-    near |= near.T
-    start = np.flatnonzero(near[x, y])
+    start = np.flatnonzero(nearest_pairs(eps, neighbours)[x, y])
     _add_pair_rows(h, n, np.repeat(x[start], n), np.repeat(y[start], n), np.repeat(b[start], n),
                    np.tile(np.arange(n), start.size))
     rows, rounds, t0 = start.size * n, 0, time.perf_counter()
@@ -270,7 +253,7 @@ def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
             c, n, x, y, b, e, neighbours=neighbours, tol=1e-10, time_limit=time_limit,
             max_rounds=200 if max_rounds is None else max_rounds, lp_solver=lp_solver)
         info = {"status": status, "rounds": rounds, "pairs": int(x.size)}
-    elif method == "direct":
+    else:  # "direct" (the method was checked above)
         A_ub = _constraints(n, x, y, b)  # noqa: N806
         A_eq = sp.kron(sp.identity(n, format="csr"), np.ones((1, n)), format="csr")  # noqa: N806
         opts: dict[str, Any] = {"primal_feasibility_tolerance": 1e-10}
@@ -282,8 +265,6 @@ def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
             raise RuntimeError(f"HiGHS found no solution: {res.message}")
         Tx, fun, rows = res.x.reshape(n, n), float(res.fun), int(A_ub.shape[0])  # noqa: N806
         info = {"status": str(res.message), "rounds": 1, "pairs": int(x.size)}
-    else:
-        raise ValueError(f"method = {method!r}: use 'dantzig_wolfe', 'cutting_planes' or 'direct'")
     solve = time.perf_counter() - t1
     if "ptimal" not in str(info["status"]):
         log.warning("the LP stopped before optimality (%s): the repaired T is private but its loss "
