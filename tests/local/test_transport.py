@@ -12,7 +12,7 @@ import httpx
 import numpy as np
 import pytest
 
-from dprivacy.local import Code, PersonalBudget, Query, Sandbox, UserAgent
+from dprivacy.local import Code, PersonalBudget, Query, UserAgent
 from dprivacy.local.case_studies import (
     duchi_estimate,
     duchi_query,
@@ -22,6 +22,7 @@ from dprivacy.local.case_studies import (
 )
 from dprivacy.local.client import collect, poll_once, publish, run_server, simulate_users
 from dprivacy.local.server import create_app
+from tests.local.sandbox_support import make_sandbox
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -96,7 +97,7 @@ def test_end_to_end_200_users(server, tmp_path: Path) -> None:
 
 
 def test_sandboxed_query_over_http(server, tmp_path: Path) -> None:
-    sb = Sandbox(pad=False)
+    sb = make_sandbox(pad=False)
     code = "def pre(d, p, s):\n    return 'yes' if d['v'] > 5 else 'no'"
     q = Query("sb", warner_query("x", 3.0, "v", ["yes", "no"]).T, Code.source(code), fields=("v",), t=2.0)
     with httpx.Client(base_url=server.url, timeout=30) as c:
