@@ -51,6 +51,12 @@ KINDS: dict[str, type] = {"laplace": DXLaplace, "exponential": DXExponential,
 PARAMS: dict[str, tuple[str, ...]] = {"laplace": (), "exponential": (), "smalldb": ("size",),
                                       "mwem": ("T",)}
 _MAX_INLINE_PARAMS = 65536  # metric params larger than this (JSON chars) are stored as a hash
+#: Config files larger than this are refused before they are read (as the command line does).
+MAX_BYTES = 1 << 30
+#: Integers in a config file beyond this magnitude are refused (no config field needs more).
+MAX_INT = 1 << 53
+#: The mechanism parameters (MWEM's ``T``, SmallDB's ``size``) are integers in [1, MAX_PARAM].
+MAX_PARAM = (1 << 31) - 1
 
 
 # ------------------------------------------------------------------ lossless JSON values
@@ -261,6 +267,7 @@ class MechanismConfig:
             raise ConfigError("config fields have the wrong types")
         if w.shape != beta.shape or w.ndim != 1:
             raise ConfigError(f"w {w.shape} and beta {beta.shape} must be vectors of one length")
+        _check_params(kind, params)
         return cls(kind=kind, w=_ro(w), beta=_ro(beta), method=method, loss=loss,
                    objective=float(objective), report=from_json(report),
                    params=from_json(params), identity=identity, encoding=encoding)
@@ -278,11 +285,22 @@ class MechanismConfig:
         if not isinstance(workload, Workload):
             workload = Workload(workload)
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            with open(path, "rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                if size > MAX_BYTES:
+                    raise ConfigError(f"mechanism config {str(path)!r} is {size / 2**30:.1f} GiB, "
+                                      "larger than the 1 GiB dprivacy reads")
+                text = fh.read(MAX_BYTES + 1).decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"cannot read mechanism config {str(path)!r}: {exc}") from exc
+        if len(text) > MAX_BYTES:
+            raise ConfigError(f"mechanism config {str(path)!r} is larger than the 1 GiB dprivacy "
+                              "reads")
         try:
-            doc = json.loads(text)
+            doc = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float,
+                             parse_int=_bounded_int)
+        except ConfigError as exc:
+            raise ConfigError(f"{str(path)!r}: {exc}") from None
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{str(path)!r} is not valid JSON (truncated or corrupted?): "
                               f"{exc}") from exc
@@ -321,7 +339,9 @@ class MechanismConfig:
                        objective=self.objective, report=self.report,
                        constraints=metric.constraint_set(universe))
             mech = _build(self.kind, workload, d, universe, metric, dict(self.params))
-        except ValidationError as exc:
+        except (ValidationError, ArithmeticError, TypeError, ValueError) as exc:
+            # ArithmeticError / TypeError / ValueError: a hand-made from_dict document whose
+            # values no check above foresaw; never surfaced as a raw Python error
             raise ConfigError(f"config parameters are invalid for {self.kind}: {exc}") from exc
         same = {f.name: getattr(self, f.name) for f in fields(self)
                 if f.name not in ("_bound", "identity", "encoding")}
@@ -349,6 +369,37 @@ class MechanismConfig:
                    for f in fields(self) if f.compare)
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ConfigError(f"the JSON constant {name} is not allowed in a mechanism config (non-finite "
+                      'floats are written as {"__float__": "inf"})')
+
+
+def _finite_float(text: str) -> float:
+    v = float(text)
+    if not math.isfinite(v):
+        raise ConfigError(f"the number {text[:40]} overflows a float (non-finite floats are written "
+                          'as {"__float__": "inf"})')
+    return v
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > 17 or abs(int(text)) > MAX_INT:
+        raise ConfigError(f"the integer {text[:40]}{'...' if len(text) > 40 else ''} is too large "
+                          f"for a mechanism config (at most 2^53)")
+    return int(text)
+
+
+def _check_params(kind: str, params: Mapping[str, Any]) -> None:
+    """MWEM's ``T`` and SmallDB's ``size``: integers (not bools) in [1, MAX_PARAM]."""
+    for name in PARAMS[kind]:
+        if name not in params:
+            continue
+        v = params[name]
+        if type(v) is not int or not 1 <= v <= MAX_PARAM:
+            raise ConfigError(f"config parameter {name} = {_short(v)} of {kind}: expected an "
+                              f"integer in [1, {MAX_PARAM}]")
 
 
 def _ro(a: np.ndarray) -> np.ndarray:

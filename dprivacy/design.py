@@ -211,6 +211,12 @@ class ImprovementFactorWarning(UserWarning):
     """Some queries were left out of the improvement factor (w = 0, or answered exactly)."""
 
 
+#: A scaling w_k at or below this (the solvers' default tolerance, 1e-9) is numerically zero:
+#: the query's answer w_k F_k x is below the solver's precision, so its beta_k says nothing and
+#: the query is treated as w_k = 0 by :func:`improvement_factor`.
+W_ZERO_TOL = 1e-9
+
+
 def improvement_factor(
     workload: Workload, universe: Universe, metric: Metric, design: Design, *,
     per_query: bool = False,
@@ -222,9 +228,16 @@ def improvement_factor(
     this is beta* Delta f / eps_min >= 1; for m > 1 the geometric mean over queries is returned.
     Queries answered exactly (beta_k = inf) and queries with w_k = 0 (their answer is 0 plus
     noise: it carries no information, so beta_k means nothing) are left out of the mean, with an
-    :class:`ImprovementFactorWarning` naming them; ``per_query=True`` returns the vector IF_k
-    (inf for exact answers, NaN for w_k = 0).  eps_min is taken over pairs of positive distance
-    (zero-distance elements are indistinguishable, i.e. merged).
+    :class:`ImprovementFactorWarning` naming them; a w_k at or below :data:`W_ZERO_TOL` (1e-9, the
+    solvers' tolerance) is numerically zero and treated as w_k = 0, and the warning says so.
+    ``per_query=True`` returns the vector IF_k (inf for exact answers, NaN for w_k = 0).  eps_min
+    is taken over pairs of positive distance (zero-distance elements are indistinguishable, i.e.
+    merged).
+
+    The design is first checked against Theorem 1 for ``metric.constraint_set(universe)``: a
+    design that is not private (e.g. a query answered exactly although it separates two
+    elements) is refused with :class:`~dprivacy.errors.PrivacyViolationError` instead of being
+    credited with an infinite improvement.
 
     Examples
     --------
@@ -243,7 +256,10 @@ def improvement_factor(
         raise ValidationError("no pair is constrained (eps_min = inf): IF is undefined")
     if dF == 0:
         raise ValidationError("every query is constant (Delta F = 0): IF is undefined (0/0)")
-    silent = np.asarray(design.w) == 0
+    design.verify(workload, metric.constraint_set(universe))  # PrivacyViolationError if not private
+    w = np.asarray(design.w)
+    silent = w <= W_ZERO_TOL
+    tiny = silent & (w > 0)
     per = np.where(silent, np.nan, design.beta * dF / eps_min)
     if per_query:
         return per
@@ -251,7 +267,9 @@ def improvement_factor(
     if silent.any() or exact.any():
         parts = []
         if silent.any():
-            parts.append(f"{int(silent.sum())} with w = 0 (answered by 0: no information) "
+            note = (f", {int(tiny.sum())} of them numerically zero (0 < w <= {W_ZERO_TOL:g}, the "
+                    "solver's tolerance)") if tiny.any() else ""
+            parts.append(f"{int(silent.sum())} with w = 0 (answered by 0: no information{note}) "
                          f"{_first(np.flatnonzero(silent))}")
         if exact.any():
             parts.append(f"{int(exact.sum())} answered exactly (beta = inf) "

@@ -273,7 +273,7 @@ def test_if_leaves_out_queries_with_zero_weight_and_says_so():
 
     U = dp.Universe.from_points(np.array([[0.0], [1.0], [3.0]]))
     M = metrics.Euclidean(1.0)
-    W = dp.Workload([[0.0, 1.0, 2.0], [1.0, 0.0, 0.0], [0.0, 0.0, 5.0]])
+    W = dp.Workload([[0.0, 1.0, 2.0], [1.0, 0.0, 0.0], [5.0, 5.0, 5.0]])
     d = dp.Design([0.5, 0.0, 1.0], [0.4, 1e12, np.inf], constraints=M.constraint_set(U))
     dF, e = W.sensitivity(), M.eps_min(U)
     with pytest.warns(ImprovementFactorWarning, match=r"1 with w = 0 .*queries 1\).* 1 answered "

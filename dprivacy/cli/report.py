@@ -50,4 +50,5 @@ def report_text(W: Workload, U: Universe, M: Metric, d: Design) -> str:  # noqa:
         f"geometric-mean IF: {float(improvement_factor(W, U, M, d)):.4g}",
         "(baseline_noise: Laplace scale of the eps_min-DP baseline, Delta F / eps_min, on every "
         "query;\n designed_noise: 1 / beta_k; IF = baseline / designed (w=0: the query is answered "
-        "by 0 and left out);\n IF_alone: the query designed on its own)"])
+        "by 0, or w <= 1e-9 is numerically zero, and it is left out);\n IF_alone: the query "
+        "designed on its own)"])
