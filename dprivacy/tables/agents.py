@@ -19,11 +19,17 @@ state change in a journal and rolls all of them back if any root budget refuses,
 (:class:`dprivacy.tables.durable.LedgerBudgetAgent`) only note a :class:`DeferredCharge` during
 the walk; once every in-memory agent has accepted, :func:`charge` debits all of them in one
 all-or-nothing ledger transaction, and undoes the walk if the ledger refuses.
+
+Threads: :func:`charge` and :func:`cost` hold one process-wide lock for the whole walk (check,
+debit, commit or undo), so two threads racing to spend a budget are served one after the other
+and never overspend it together. The lock is re-entrant and held only while budgets change,
+never while an answer is computed.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable
 from typing import Any, Protocol
@@ -47,6 +53,9 @@ __all__ = [
 ]
 
 Journal = list[Callable[[], None]]
+
+_LOCK = threading.RLock()
+"""Serialises every walk of the agent tree (see the module doc)."""
 
 
 class Agent(ABC):
@@ -241,6 +250,11 @@ def charge(agent: Agent, eps: float) -> None:
         BudgetExceededError: some root budget cannot pay; every agent is left unchanged.
     """
     eps = eps_arg(eps)
+    with _LOCK:
+        _charge_locked(agent, eps)
+
+
+def _charge_locked(agent: Agent, eps: float) -> None:
     journal: Journal = []
     ok = agent.apply(eps, journal)
     if ok:
@@ -267,10 +281,11 @@ def cost(agent: Agent, eps: float, roots: list[BudgetAgent]) -> float:
     totals are taken into account exactly.
     """
     eps = eps_arg(eps)
-    journal: Journal = []
-    before = [r.spent_in_dry_run for r in roots]
-    agent.apply(eps, journal, dry=True)
-    spent = sum(r.spent_in_dry_run - b for r, b in zip(roots, before, strict=True))
-    for undo in reversed(journal):
-        undo()
-    return spent
+    with _LOCK:
+        journal: Journal = []
+        before = [r.spent_in_dry_run for r in roots]
+        agent.apply(eps, journal, dry=True)
+        spent = sum(r.spent_in_dry_run - b for r, b in zip(roots, before, strict=True))
+        for undo in reversed(journal):
+            undo()
+        return spent

@@ -16,12 +16,16 @@ different source (unique provenance) charges every source the same ε per query.
 
 So the true budget of every id is always ``stored − pending of the one open account holding it``,
 charges are never lost or doubled, and the answer of a query is released only after its charge
-is recorded (deferred or written). Not thread-safe; not durable (use the SQLite ``Ledger``).
+is recorded (deferred or written). Thread-safe: every public method holds the ledger's lock, so
+threads charging the same budgets never overspend them. Not durable (use the SQLite ``Ledger``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -39,6 +43,17 @@ from dprivacy.tables.ledger import (
 __all__ = ["MemoryLedger", "Account"]
 
 _BIG = np.iinfo(np.int64).max
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _locked(f: _F) -> _F:
+    """Method decorator: run under the ledger's re-entrant lock."""
+    @functools.wraps(f)
+    def wrapper(self: MemoryLedger, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return f(self, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 class Account:
@@ -62,6 +77,7 @@ class MemoryLedger(BudgetLedger):
         self._next = 0
         self._version = 0
         self._open: list[Account] = []
+        self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ deferred charges
     def _settle(self) -> None:
@@ -73,12 +89,14 @@ class MemoryLedger(BudgetLedger):
             self._open.clear()
             self._version += 1
 
+    @_locked
     def account(self, ids: np.ndarray) -> Account:
         """An account for distinct known ids (checked here, once)."""
         a = ids_array(ids)
         self._check_known(a)
         return Account(a)
 
+    @_locked
     def charge_account(self, acct: Account, cost: int) -> np.ndarray | None:
         """Charge ``cost`` units to every id of ``acct`` that can pay; None means all paid."""
         if acct.version == self._version and acct.pending + cost <= acct.min_stored:
@@ -97,6 +115,7 @@ class MemoryLedger(BudgetLedger):
         return ok
 
     # ------------------------------------------------------------------ the ledger interface
+    @_locked
     def new_ids(self, n: int) -> np.ndarray:
         out = np.arange(self._next, self._next + int(n), dtype=np.int64)
         self._next += int(n)
@@ -115,6 +134,7 @@ class MemoryLedger(BudgetLedger):
             known[: self._known.size] = self._known
             self._rem, self._known = rem, known
 
+    @_locked
     def register(
         self, ids: Any, budgets: Any, *, existing: str = "raise", assume_unique: bool = False
     ) -> None:
@@ -154,6 +174,7 @@ class MemoryLedger(BudgetLedger):
             bad = a[(a >= self._known.size) | ~self._known[np.minimum(a, self._known.size - 1)]]
             raise UnknownRecordError(f"unknown record id {int(bad[0])}: nothing was charged")
 
+    @_locked
     def charge(self, ids: Any, costs: Any, *, assume_unique: bool = False) -> Charge:
         a = ids_array(ids)
         c = cost_units(costs, a.size)
@@ -167,12 +188,14 @@ class MemoryLedger(BudgetLedger):
         self._version += 1
         return Charge(ok, None)
 
+    @_locked
     def remaining(self, ids: Any) -> np.ndarray:
         a = ids_array(ids)
         self._check_known(a)
         self._settle()
         return self._rem[a] * UNIT
 
+    @_locked
     def contains(self, ids: Any) -> np.ndarray:
         a = ids_array(ids)
         out = np.zeros(a.size, dtype=bool)
