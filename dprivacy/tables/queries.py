@@ -13,10 +13,11 @@ for simulations).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 from dprivacy.tables import aggregations as agg
+from dprivacy.tables.params import eps_arg
 from dprivacy.tables.randomness import NoiseSource
 from dprivacy.tables.relation import Relation, ValueSpec
 from dprivacy.tables.rowwise import sealed
@@ -62,6 +63,37 @@ class NoisyQueries:
         """
         e, plan = agg.count_plan(eps)
         return self._pay_then(e, plan)
+
+    def partition(self, keys: Iterable[Hashable], f: Any) -> dict[Hashable, Any]:  # pragma: no cover
+        raise NotImplementedError
+
+    def count_by(self, keys: Iterable[Hashable], column: Any, eps: float) -> dict[Hashable, float]:
+        """A noisy count per key of a PUBLIC list of keys, in one call: {key: |T_key| + Lap(1/ε)}.
+
+        ``column`` is the key column (or a row-wise key function); ``keys`` the explicit,
+        distinct keys to count, chosen without looking at the data (e.g. every zip code of a
+        public list). A record whose key is not in ``keys`` is counted nowhere and pays nothing.
+        The same query on every backend (pandas, DuckDB, Spark).
+
+        Cost: **ε in total**, not ε per key: the keys split the records into disjoint parts
+        (:meth:`partition`), so the counts compose in parallel (PINQ: the partition's max-agent
+        charges the maximum over the parts, i.e. s·ε on a table of scaling factor s; ProPer:
+        each record pays ε once, for the count of its own key). Unlike
+        ``group_by(column).noisy_count(eps)``, which counts the *groups* (one number) and costs
+        2ε, this returns one count per key, including a noisy count for keys with no record
+        (which hides whether the key occurs).
+
+        Examples:
+            >>> import pandas as pd
+            >>> from dprivacy.tables import Queryable
+            >>> t = Queryable(pd.DataFrame({"zip": ["a", "a", "b", "z"]}), budget=1.0)
+            >>> counts = t.count_by(["a", "b", "c"], "zip", eps=0.5)
+            >>> sorted(counts), t.remaining_budget()
+            (['a', 'b', 'c'], 0.5)
+        """
+        e = eps_arg(eps)
+        parts = self.partition(keys, column)
+        return {k: part.noisy_count(e) for k, part in parts.items()}
 
     def noisy_sum(self, eps: float, f: ValueSpec | None = None, lo: float = -1.0,
                   hi: float = 1.0) -> float:
