@@ -186,7 +186,28 @@ def design(
     verified_by = _verify_or_reuse(d, workload, cs, res.report.get("certificate"))
     cast("dict[str, Any]", d.report).update(verified_by=verified_by,
                                             passes=cs.stats.since(before))
+    _warn_exact(d, workload)
     return d
+
+
+class ExactAnswerWarning(UserWarning):
+    """Some queries are released exactly (beta = inf): d_X-privacy does not hide them."""
+
+
+def _warn_exact(d: Design, workload: Workload) -> None:
+    """Say loudly which queries the design releases with no noise at all, and why."""
+    exact = np.flatnonzero(np.isinf(d.beta) & (d.w > 0))
+    if exact.size == 0:
+        return
+    names = workload.query_names()
+    shown = ", ".join(repr(names[k]) for k in exact[:8]) + (", ..." if exact.size > 8 else "")
+    warnings.warn(
+        f"{exact.size} of {workload.m} queries ({shown}) will be released EXACTLY, with no noise: "
+        "their answer never changes when a record moves between elements at finite distance "
+        "(e.g. the total count: moving a record never changes the total). d_X-privacy protects "
+        "where a record is, not how many records there are; drop such queries from the workload "
+        "if their answer must stay secret (docs/theory.md, 'What d_X-privacy does not hide')",
+        ExactAnswerWarning, stacklevel=3)
 
 
 def _verify_or_reuse(d: Design, workload: Workload, cs: ConstraintSet,

@@ -92,6 +92,13 @@ class Workload:
     Non-finite coefficients and malformed shapes raise :class:`ValidationError` at construction,
     before anything else happens.
 
+    **A query that never changes when a record moves is released exactly.** d_X neighbours move
+    a record, they never add or remove one, so the total count (a row of ones), or any query
+    constant over the elements at finite distance from each other, gets no noise at all
+    (``beta = inf``; :func:`dprivacy.design` warns with an ``ExactAnswerWarning``). Leave such
+    queries out if their answer must stay secret (docs/theory.md, "What d_X-privacy does not
+    hide").
+
     Examples
     --------
     >>> W = Workload([[1, 0, 1], [0, 1, 1]])
