@@ -111,6 +111,16 @@ class Design:
             )
         return ratio
 
+    def plot(self, workload: Workload, universe: Universe, metric: Metric, *,
+             path: Any = None, max_pairs: int = 200) -> Any:
+        """A picture of this design: noise per query against the ε_min-DP baseline, and the
+        pairs whose privacy constraint binds over the universe's points (a lon/lat map for a
+        geodesic metric). Returns a matplotlib ``Figure``, also written to ``path`` if given;
+        needs the ``[plot]`` extra (see :func:`dprivacy.plotting.plot_design`)."""
+        from dprivacy.plotting import plot_design
+
+        return plot_design(self, workload, universe, metric, path=path, max_pairs=max_pairs)
+
 
 def call_solver(fn, *args: Any, **kwargs: Any):
     """Call a :mod:`solvers` function, turning its errors into dprivacy errors."""

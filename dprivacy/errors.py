@@ -57,3 +57,7 @@ class UnsupportedOperationError(DPrivacyError):
 
 class CandidateSetTooLargeError(DPrivacyError, ValueError):
     """An exact sampler would have to enumerate more candidates than allowed."""
+
+
+class MissingDependencyError(DPrivacyError, ImportError):
+    """An optional dependency (an extra such as ``[plot]``) is not installed."""

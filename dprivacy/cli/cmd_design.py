@@ -20,7 +20,12 @@ EXAMPLE = """example (files in the source tree's examples/ folder):
 
 def cmd_design(args: argparse.Namespace) -> int:
     out = check_out(args.out, "--out", [args.universe, args.queries])
-    with Steps(["read inputs", "design", "report", "export"], desc="dprivacy design") as steps:
+    plot = None
+    if args.plot is not None:
+        plot = check_out(args.plot, "--plot", [args.universe, args.queries, args.out])
+        _require_matplotlib()
+    names = ["read inputs", "design", "report", "export"] + (["plot"] if plot is not None else [])
+    with Steps(names, desc="dprivacy design") as steps:
         with steps.step("read inputs"):
             inp = inputs_from(args)
         W, U, M = inp.workload, inp.universe, inp.metric  # noqa: N806
@@ -38,10 +43,25 @@ def cmd_design(args: argparse.Namespace) -> int:
             text = report_text(W, U, M, d)
         with steps.step("export"), guard(f"--out {args.out!r}"):
             path = cfg.save(out)
+        if plot is not None:
+            with steps.step("plot"), guard(f"--plot {args.plot!r}"):
+                d.plot(W, U, M, path=plot)
     print(text)
+    if plot is not None:
+        print(f"picture of the design written to {plot}")
     print(f"config written to {path}\n"
           f"check it:  dprivacy verify {path} {_inputs_text(args)}")
     return 0
+
+
+def _require_matplotlib() -> None:
+    from dprivacy.errors import MissingDependencyError
+    from dprivacy.plotting._mpl import require
+
+    try:
+        require()
+    except MissingDependencyError as exc:
+        raise UsageError(f"--plot: {exc}") from exc
 
 
 def _inputs_text(args: argparse.Namespace) -> str:
@@ -69,4 +89,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--n", type=nonneg_int, default=None, metavar="RECORDS",
                    help="number of records, if public (enables the shrinkage w < 1)")
     s.add_argument("--out", required=True, metavar="JSON", help="config file to write")
+    s.add_argument("--plot", default=None, metavar="PNG",
+                   help="also draw the design: noise per query against the eps_min baseline, "
+                        "and the pairs whose constraint binds over the universe's points (a "
+                        "lon/lat map for --metric geodesic); the format follows the extension "
+                        "(.png, .pdf, .svg); needs the [plot] extra")
     s.set_defaults(func=cmd_design)

@@ -136,6 +136,14 @@ class MatrixRandomiser(Randomiser):
         return {"kind": "matrix", "matrix": self.matrix.tolist(), "inputs": self.inputs,
                 "outputs": self.outputs}
 
+    def plot(self, path: Any = None, title: str | None = None) -> Any:
+        """Heat map of T (rows: true inputs, columns: reports) titled with its cost; returns a
+        matplotlib ``Figure``, also written to ``path`` if given. Needs the ``[plot]`` extra
+        (see :func:`dprivacy.plotting.plot_randomiser`)."""
+        from dprivacy.plotting import plot_randomiser
+
+        return plot_randomiser(self, title=title, path=path)
+
 
 @dataclass(frozen=True, eq=False)
 class ProductRandomiser(Randomiser):
