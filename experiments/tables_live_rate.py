@@ -37,7 +37,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from dprivacy.tables import ProPerTable
+from dprivacy.tables import MemoryLedger, ProPerTable
 from experiments import _common as C
 
 NAME = "tables_live_rate"
@@ -66,7 +66,8 @@ def simulate(b: Fraction, f: int, queue: int, eps: Fraction, q: Fraction, ticks:
         raise ValueError(f"l = {queue} must be a multiple of f = {f} (whole batches)")
     residence = queue // f
     batches: deque[np.ndarray] = deque()
-    table = ProPerTable(pd.DataFrame({"v": np.zeros(0)}), budget=float(b),
+    budgets = MemoryLedger()  # the owner's handle on the personal budgets
+    table = ProPerTable(pd.DataFrame({"v": np.zeros(0)}), budget=float(b), ledger=budgets,
                         noise_seed=int(rng.integers(0, 2**31)))  # a simulation: seeded noise
     new = pd.DataFrame({"v": np.ones(f)})
 
@@ -86,7 +87,7 @@ def simulate(b: Fraction, f: int, queue: int, eps: Fraction, q: Fraction, ticks:
                 table.noisy_count(float(eps))
                 continue
             ids = np.concatenate(batches)
-            blocked.append(float(np.mean(table.ledger.remaining(ids) < float(eps))))
+            blocked.append(float(np.mean(budgets.remaining(ids) < float(eps))))
             answers.append(table.noisy_count(float(eps)))
     bl = np.asarray(blocked)
     return {

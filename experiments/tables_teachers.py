@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from dprivacy.tables import ProPerTable, Queryable  # noqa: E402
+from dprivacy.tables import MemoryLedger, ProPerTable, Queryable  # noqa: E402
 from experiments import _common as C  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -44,7 +44,8 @@ def spend(df: pd.DataFrame, seed: int = 0) -> tuple[float, float]:
     PINQ uses a partition (parallel composition) when the roles are disjoint, else one Where
     per role (sequential composition); ProPer always uses one Where per role."""
     pinq = Queryable(df, budget=100.0, noise_seed=seed)
-    prop = ProPerTable(df, budget=100.0, noise_seed=seed)
+    budgets = MemoryLedger()  # the owner's handle on the personal budgets
+    prop = ProPerTable(df, budget=100.0, ledger=budgets, noise_seed=seed)
     cols = list(df.columns)
     disjoint = bool((df.to_numpy().sum(axis=1) <= 1).all())
     if disjoint:  # PINQ can use parallel composition: partition by the one role
@@ -56,7 +57,7 @@ def spend(df: pd.DataFrame, seed: int = 0) -> tuple[float, float]:
     for grp, col in zip(groups, cols, strict=True):
         grp.noisy_count(EPS)
         prop.where(lambda r, c=col: r[c]).noisy_count(EPS)
-    personal = 100.0 - prop.ledger.remaining(np.arange(len(df)))
+    personal = 100.0 - budgets.remaining(np.arange(len(df)))
     return 100.0 - float(pinq.remaining_budget()), float(personal.max())
 
 

@@ -84,6 +84,12 @@ class ProPerTable(LiveData, NoisyQueries):
         ledger: where budgets live. pandas: a :class:`MemoryLedger` (the default) or a durable
             SQLite :class:`~dprivacy.tables.Ledger` shared between processes; engines: None (in
             memory), the path of a DuckDB file, or a ``dprivacy.tables.engine.BudgetTable``.
+            The ledger is the data owner's handle: the table exposes no attribute that returns
+            it (its remaining budgets show who matched a filter), so an owner who wants to read
+            or top up budgets passes the ledger here and keeps it. In-process Python cannot stop
+            an analyst who runs code in the same process from reaching it anyway (private
+            attributes, the garbage collector): for untrusted analysts use the service
+            (docs/service.md).
         id_column: a column of stable, non-negative integer person ids (strongly recommended:
             without it every new table hands everybody a fresh budget). Ids already in the
             ledger keep their stored budget; new ones get ``budget``.
@@ -92,9 +98,10 @@ class ProPerTable(LiveData, NoisyQueries):
 
     Examples:
         >>> df = pd.DataFrame({"pid": [7, 8, 9], "role": ["T", "M", "T"]})
-        >>> p = ProPerTable(df, budget=1.0, id_column="pid")
+        >>> budgets = MemoryLedger()  # the owner keeps this handle
+        >>> p = ProPerTable(df, budget=1.0, ledger=budgets, id_column="pid")
         >>> _ = p.where(lambda r: r["role"] == "T").noisy_count(0.5)
-        >>> [float(b) for b in p.ledger.remaining([7, 8, 9])]
+        >>> [float(b) for b in budgets.remaining([7, 8, 9])]
         [0.5, 1.0, 0.5]
     """
 
@@ -149,11 +156,6 @@ class ProPerTable(LiveData, NoisyQueries):
         t._rel, t._unique, t._cache = rel, unique, {}
         t._ledger, t._budgets, t._noise = self._ledger, self._budgets, self._noise
         return t
-
-    @property
-    def ledger(self) -> Any:
-        """The budget store (the curator's object; never hand it to the analyst)."""
-        return self._ledger
 
     @property
     def _df(self) -> pd.DataFrame:

@@ -96,7 +96,7 @@ def proper_pair(program: Callable[[ProPerTable], Any], *, base: pd.DataFrame | N
         out.append(observe(program,
                            lambda df=df, b=b: ProPerTable(df, budget=b, id_column="pid",
                                                           noise_seed=seed, backend=backend),
-                           lambda t, o=others: [float(v) for v in t.ledger.remaining(o)]))
+                           lambda t, o=others: [float(v) for v in t._ledger.remaining(o)]))
     return out[0], out[1]
 
 

@@ -63,7 +63,7 @@ def test_proper_release_charges_each_record_its_element_cost_and_drops_non_payer
     budgets = [0.2, 0.1, 0.5, 0.4, 0.3, 1.0, 0.0]
     t = ProPerTable(df, budget=budgets, id_column="pid", noise_seed=1)
     y = t.release(W, D, U)  # payers: ids 0, 2, 3, 5 (and 6 costs 0)
-    rem = t.ledger.remaining(np.arange(7))
+    rem = t._ledger.remaining(np.arange(7))
     assert rem == pytest.approx([0.0, 0.1, 0.1, 0.0, 0.3, 0.6, 0.0])
     x_paid = np.array([1, 1, 2])
     assert y == pytest.approx(dp.DXLaplace(W, D).release(x_paid, rng=1, secure=False))
@@ -74,7 +74,7 @@ def test_proper_release_sums_costs_per_source_and_keeps_bottom_records():
     both = t.select_many(2, lambda r: [(0,), (2,)] if r["a"] == 0 else [(1,)], columns=["a"])
     lit = both.concat(pd.DataFrame({"a": [1, 1]}))  # public rows: always counted, never charged
     lit.release(W, D, U)  # source 0: 0.2 + 0.4 = 0.6 > 0.45 -> dropped
-    assert list(t.ledger.remaining([0, 1])) == pytest.approx([0.45, 9.6])
+    assert list(t._ledger.remaining([0, 1])) == pytest.approx([0.45, 9.6])
     gen = np.random.default_rng(3)
     gen.laplace(size=2)
     y = lit.histogram(U).release(W, D)
@@ -98,4 +98,4 @@ def test_bad_release_input_charges_nothing():
     with pytest.raises(dp.errors.PrivacyViolationError):  # the design breaks a tight metric
         p.release(W, _D0, U, metric=dp.metrics.Discrete(eps=0.1))
     assert t.remaining_budget() == 1.0
-    assert (p.ledger.remaining(np.arange(7)) == 1.0).all()
+    assert (p._ledger.remaining(np.arange(7)) == 1.0).all()

@@ -241,7 +241,7 @@ def test_proper_never_refuses_or_reveals_exhaustion():
                 call()
             except Exception as exc:  # noqa: BLE001
                 errs.append(type(exc).__name__)
-        outs.append((errs, list(p.ledger.remaining(np.arange(12)))))
+        outs.append((errs, list(p._ledger.remaining(np.arange(12)))))
     assert outs[0] == outs[1] == ([], [1.0] * 12)
 
 

@@ -123,5 +123,5 @@ def test_select_many_outputs_carry_the_parents_id():
                       columns=["pid"])
     assert list(q._prov) == list(df["pid"][:-1]) + [99, 99, 99]
     q.noisy_count(0.1)
-    assert p.ledger.remaining([99])[0] == pytest.approx(0.7)  # 3 outputs: 3 x 0.1
-    assert p.ledger.remaining([0])[0] == pytest.approx(0.9)
+    assert p._ledger.remaining([99])[0] == pytest.approx(0.7)  # 3 outputs: 3 x 0.1
+    assert p._ledger.remaining([0])[0] == pytest.approx(0.9)

@@ -151,10 +151,10 @@ def test_proper_charges_each_record_the_stored_value():
     df = people().assign(pid=np.arange(12))
     p = ProPerTable(df, budget=1.0, id_column="pid", noise_seed=0)
     p.where(lambda r: r["g"] == 0).noisy_count(LyingFloat(0.4))
-    rem = p.ledger.remaining(np.arange(12))
+    rem = p._ledger.remaining(np.arange(12))
     assert list(rem) == pytest.approx([0.6 if g == 0 else 1.0 for g in df["g"]])
     p.noisy_count(LyingFloat(5.0))  # nobody can pay 5: nobody charged, no error
-    assert list(p.ledger.remaining(np.arange(12))) == pytest.approx(list(rem))
+    assert list(p._ledger.remaining(np.arange(12))) == pytest.approx(list(rem))
 
 
 @pytest.mark.parametrize("bad", [True, np.bool_(True), float("nan"), float("inf"), -0.1, 0.0,

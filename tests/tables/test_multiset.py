@@ -114,5 +114,5 @@ def test_proper_table_is_the_lifting_and_follows_the_query_rule(vals, budgets, k
     eligible, paid = query_rule(expected, dict(enumerate(b)), 0.125)  # exact in binary
     q = derived.as_pinq(0.125)
     assert mset(q._df["v"]) == eligible
-    spent = np.asarray(b) - t.ledger.remaining(np.arange(len(vals)))
+    spent = np.asarray(b) - t._ledger.remaining(np.arange(len(vals)))
     assert spent == pytest.approx([paid.get(i, 0.0) for i in range(len(vals))], abs=1e-9)

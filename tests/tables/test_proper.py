@@ -23,7 +23,7 @@ def eligible(t: ProPerTable, eps: float) -> pd.DataFrame:
 
 
 def budgets(t: ProPerTable, ids) -> np.ndarray:
-    return t.ledger.remaining(np.asarray(ids))
+    return t._ledger.remaining(np.asarray(ids))
 
 
 def staff() -> pd.DataFrame:
@@ -178,11 +178,11 @@ def test_bad_input_raises_and_charges_nothing():
     with pytest.raises(UnknownRecordError):
         t.delete(ids=[99])
     with pytest.raises(UnknownRecordError):
-        t.ledger.charge([7, 99], 0.5)
+        t._ledger.charge([7, 99], 0.5)
     with pytest.raises(ValidationError, match="fresh"):
         t.insert(df.iloc[:1], budget=1.0, id_column="id")  # id 7 is not fresh
     with pytest.raises(ValidationError, match="twice"):
-        t.ledger.charge([7, 7], 0.5)
+        t._ledger.charge([7, 7], 0.5)
     with pytest.raises(ValidationError):
         t.noisy_count(-1.0)
     with pytest.raises(ValidationError):
@@ -234,7 +234,7 @@ def test_durable_ledger_reattaches_by_id(tmp_path):
     t = ProPerTable(df, budget=1.0, ledger=Ledger(path), id_column="pid")
     t.where(lambda r: r["v"] == 1).noisy_count(0.4)
     again = ProPerTable(df, budget=1.0, ledger=Ledger(path), id_column="pid")  # a new process
-    assert list(again.ledger.remaining([10, 11])) == pytest.approx([0.6, 1.0])
+    assert list(again._ledger.remaining([10, 11])) == pytest.approx([0.6, 1.0])
     fresh = ProPerTable(pd.DataFrame({"v": [5]}), ledger=Ledger(path))
     assert list(fresh._prov) == [12]  # fresh ids never collide with stored ones
 
@@ -273,8 +273,8 @@ def test_property_matches_reference_and_neighbours_only_differ_in_r(init, progra
             expected = _reference(counts, ref, eps)
             got = eligible(q, eps)
             assert sorted(set(got["value"])) == sorted(expected)
-            assert (t.ledger.remaining(np.arange(len(b))) >= 0).all()
-        rem = t.ledger.remaining(np.arange(len(b)))
+            assert (t._ledger.remaining(np.arange(len(b))) >= 0).all()
+        rem = t._ledger.remaining(np.arange(len(b)))
         assert rem == pytest.approx([ref[i] for i in range(len(b))], abs=1e-9)
         states.append(rem)
     assert states[0] == pytest.approx(states[1][:n])
@@ -297,10 +297,10 @@ def test_partition_provenance_with_and_without_consecutive_ids():
     for table, expected in ((t, [[0, 2], [1, 3]]), (u, [[0, 2], [1, 3]])):
         parts = table.partition([0, 1], "k")
         assert [list(parts[k]._prov) for k in (0, 1)] == expected
-    v = ProPerTable(df, budget=1.0, ledger=t.ledger)  # ids 5..9 of a shared ledger
+    v = ProPerTable(df, budget=1.0, ledger=t._ledger)  # ids 5..9 of a shared ledger
     assert list(v.partition([2], "k")[2]._prov) == [9]
     v.partition([2], "k")[2].noisy_count(0.5)
-    assert list(1 - t.ledger.remaining(range(10))) == pytest.approx([0] * 9 + [0.5])
+    assert list(1 - t._ledger.remaining(range(10))) == pytest.approx([0] * 9 + [0.5])
 
 
 def test_deferred_account_charges_match_immediate_ones():
@@ -316,5 +316,5 @@ def test_deferred_account_charges_match_immediate_ones():
         got = eligible(table, eps)
         assert sorted(got["v"]) == sorted(pay)
         expected[pay] -= eps
-    assert t.ledger.remaining(range(12)) == pytest.approx(expected, abs=1e-9)
-    assert (t.ledger.remaining(range(12)) >= 0).all()
+    assert t._ledger.remaining(range(12)) == pytest.approx(expected, abs=1e-9)
+    assert (t._ledger.remaining(range(12)) >= 0).all()

@@ -46,7 +46,7 @@ def test_engine_table_refuses_a_sqlite_ledger(tmp_path):
 
 def test_engine_table_still_takes_a_numpy_scalar_budget():
     t = ProPerTable(DF, budget=np.int64(2), id_column="pid", backend="duckdb")
-    assert [float(b) for b in t.ledger.remaining([3, 4])] == [2.0, 2.0]
+    assert [float(b) for b in t._ledger.remaining([3, 4])] == [2.0, 2.0]
 
 
 def test_pandas_relation_refuses_a_relation_of_another_backend():

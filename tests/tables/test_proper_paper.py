@@ -32,7 +32,7 @@ def name_lengths(t: ProPerTable) -> ProPerTable:
 
 
 def spent(t: ProPerTable, initial) -> np.ndarray:
-    return np.asarray(initial, float) - t.ledger.remaining(np.arange(len(initial)))
+    return np.asarray(initial, float) - t._ledger.remaining(np.arange(len(initial)))
 
 
 def test_name_lengths_noisy_average_shape_and_charges():
@@ -108,14 +108,14 @@ def test_refresh_replaces_the_population_with_fresh_ids_and_budgets():
     t.set_refresh(paper_refresh(newcomers, EPS))
     t.refresh()
     assert list(t._df["name"]) == ["Fay", "Gus"] and list(t._prov) == [6, 7]  # fresh ids
-    assert t.ledger.remaining([6, 7]) == pytest.approx([EPS, EPS])
-    assert t.ledger.remaining(range(6)) == pytest.approx([0.1] * 6)  # old budgets not restored
+    assert t._ledger.remaining([6, 7]) == pytest.approx([EPS, EPS])
+    assert t._ledger.remaining(range(6)) == pytest.approx([0.1] * 6)  # old budgets not restored
     name_lengths(t).noisy_count(EPS)
-    assert t.ledger.remaining([6, 7]) == pytest.approx([0, 0], abs=1e-12)
+    assert t._ledger.remaining([6, 7]) == pytest.approx([0, 0], abs=1e-12)
     t.refresh()  # the stored function runs again: newcomers re-enter with new ids 8, 9
-    assert list(t._prov) == [8, 9] and t.ledger.remaining([8, 9]) == pytest.approx([EPS, EPS])
+    assert list(t._prov) == [8, 9] and t._ledger.remaining([8, 9]) == pytest.approx([EPS, EPS])
     assert len(before._df) == 3 and list(before._prov) == [0, 3, 5]  # snapshots are unaffected
-    assert t.ledger.remaining(range(6)) == pytest.approx([0.1] * 6)
+    assert t._ledger.remaining(range(6)) == pytest.approx([0.1] * 6)
 
 
 def test_refresh_that_keeps_records_does_not_raise_budgets():

@@ -128,4 +128,4 @@ def test_samplers_refuse_proper_tables():
     p = ProPerTable(data(), budget=1.0)
     with pytest.raises(ValidationError, match="as_pinq"):
         s.sample_bernoulli(p, 0.5)
-    assert (p.ledger.remaining(range(50)) == 1.0).all()
+    assert (p._ledger.remaining(range(50)) == 1.0).all()

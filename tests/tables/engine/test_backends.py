@@ -79,7 +79,7 @@ def proper_program(p: ProPerTable) -> dict:
     doubled = p.where(lambda r: r["age"] > 40).select_many(2, lambda r: [r["age"], r["age"]])
     out["d"] = doubled.noisy_count(0.5)  # each source pays 2 × 0.5
     out["both"] = p.concat(p).noisy_count(0.1)  # x ⊎ x: every source pays 0.2
-    out.update({f"left{i}": float(x) for i, x in enumerate(p.ledger.remaining(DF["id"]))})
+    out.update({f"left{i}": float(x) for i, x in enumerate(p._ledger.remaining(DF["id"]))})
     return out
 
 
@@ -108,7 +108,7 @@ def test_refused_code_charges_nothing_and_says_the_same_on_neighbours(request):
                     with pytest.raises(ValidationError) as info:
                         call(attack)
                     msgs.append(str(info.value))
-            outcomes.append((msgs, q.remaining_budget(), list(p.ledger.remaining(df["id"]))[:8]))
+            outcomes.append((msgs, q.remaining_budget(), list(p._ledger.remaining(df["id"]))[:8]))
         assert outcomes[0] == outcomes[1]
         assert outcomes[0][1] == 1.0 and outcomes[0][2] == [1.0] * 8
 
