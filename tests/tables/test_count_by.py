@@ -7,14 +7,14 @@ import pandas as pd
 import pytest
 
 from dprivacy.errors import BudgetExceededError, ValidationError
-from dprivacy.tables import ProPerTable, Queryable
+from dprivacy.tables import MemoryLedger, ProPerTable, Queryable
 
 ZIPS = pd.DataFrame({"pid": range(7), "zip": ["a", "a", "a", "b", "b", "x", "y"]})
 TRUE = {"a": 3, "b": 2, "c": 0}
 
 
-def budgets(p: ProPerTable) -> list[float]:
-    return list(p.ledger.remaining(np.arange(7)))
+def budgets(ledger: MemoryLedger) -> list[float]:
+    return list(ledger.remaining(np.arange(7)))
 
 
 @pytest.mark.parametrize("backend", ["pandas", "duckdb"])
@@ -62,15 +62,17 @@ def test_noise_scale_is_one_over_eps_per_key() -> None:
 
 
 def test_proper_each_record_pays_eps_once() -> None:
-    p = ProPerTable(ZIPS, budget=1.0, id_column="pid", noise_seed=0)
+    led = MemoryLedger()
+    p = ProPerTable(ZIPS, budget=1.0, id_column="pid", ledger=led, noise_seed=0)
     counts = p.count_by(["a", "b", "c"], "zip", eps=0.25)
     assert list(counts) == ["a", "b", "c"]
-    assert budgets(p) == pytest.approx([0.75] * 5 + [1.0, 1.0])  # x, y: not counted, not charged
+    assert budgets(led) == pytest.approx([0.75] * 5 + [1.0, 1.0])  # x, y: not counted, not charged
 
 
 def test_proper_leaves_out_those_who_cannot_pay() -> None:
-    p = ProPerTable(ZIPS, budget=2e5, id_column="pid", noise_seed=0)
+    led = MemoryLedger()
+    p = ProPerTable(ZIPS, budget=2e5, id_column="pid", ledger=led, noise_seed=0)
     p.where(lambda r: r["zip"] == "a").noisy_count(eps=1.5e5)  # the a's have 0.5e5 left
     counts = p.count_by(["a", "b"], "zip", eps=1e5)            # noise ~ 1e-5
     assert round(counts["a"]) == 0 and round(counts["b"]) == 2  # the a's could not pay
-    assert budgets(p) == pytest.approx([0.5e5] * 3 + [1e5] * 2 + [2e5] * 2)
+    assert budgets(led) == pytest.approx([0.5e5] * 3 + [1e5] * 2 + [2e5] * 2)
