@@ -1,4 +1,4 @@
-"""The pandas implementation of :class:`~dprivacy.tables.relation.Relation` (in memory, eager).
+"""The pandas implementation of :class:`~dprivacy.tables.relation.Relation` (in memory, lazy).
 
 Records are the rows of a DataFrame with a RangeIndex; privacy ids are a parallel int64 array
 (``None`` when every id is ⊥, e.g. a PINQ table, so a PINQ table pays nothing for them). Analyst
@@ -7,12 +7,22 @@ code is a per-record Python callable applied to one read-only record at a time
 method is total: pandas operations that could fail on particular values (mixed key types in a
 merge, unsortable group keys, unhashable objects) are run on object-typed keys or fall back to a
 form that cannot fail, so no exception depends on the records.
+
+**Lazy.** Every transformation (``where``, ``select``, ..., ``join``, ``sample``) only records
+what to do; the records, and the analyst's per-record functions, are computed when an
+aggregation first reads them, i.e. after the query's charge (PINQ: the agents; ProPer: while the
+Query rule computes who pays). So ``t.where(f)`` returns at once whatever ``f`` does on the
+records, and a function that is slow or odd on one record costs its query's budget to run. The
+result is computed once and kept (a second query on the same table does not run ``f`` again).
+The column names of a pending relation are those of the same transformation applied to empty
+inputs (no record, so no analyst call): the schema is public.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypeVar, cast
 
 import numpy as np
 import pandas as pd
@@ -24,6 +34,20 @@ from dprivacy.tables.relation import ElementCosts, Relation, SampleKind, ValueSp
 __all__ = ["PandasRelation", "as_frame"]
 
 _SATURATE = 1e308
+_M = TypeVar("_M", bound=Callable[..., Any])
+
+
+def _deferred(method: _M) -> _M:
+    """Make a transformation lazy: it returns a pending relation that runs ``method`` on its
+    (forced) inputs when the records are first read."""
+    @functools.wraps(method)
+    def lazy(self: PandasRelation, *args: Any) -> PandasRelation:
+        for a in args:  # a table of another backend is refused now, not when read
+            if hasattr(a, "backend") and not isinstance(a, PandasRelation):
+                PandasRelation._same(a, method.__name__)
+        return PandasRelation._pending(method, self, args)
+
+    return lazy  # type: ignore[return-value]
 
 
 def as_frame(df: Any) -> pd.DataFrame:
@@ -54,14 +78,61 @@ def _safe(df: pd.DataFrame, cols: Sequence[Hashable]) -> pd.DataFrame:
 
 
 class PandasRelation:
-    """Records in a pandas DataFrame (RangeIndex) plus their privacy ids (``None`` = all ⊥)."""
+    """Records in a pandas DataFrame (RangeIndex) plus their privacy ids (``None`` = all ⊥);
+    computed lazily by the transformations (see the module doc)."""
 
     backend = "pandas"
-    __slots__ = ("df", "ids")
+    __slots__ = ("_df", "_ids", "_op", "_schema_rel")
 
     def __init__(self, df: pd.DataFrame, ids: np.ndarray | None = None) -> None:
-        self.df = as_frame(df)
-        self.ids = ids
+        self._df: pd.DataFrame | None = as_frame(df)
+        self._ids = ids
+        self._op: tuple[Callable[..., Any], PandasRelation, tuple] | None = None
+        self._schema_rel: PandasRelation | None = None
+
+    @classmethod
+    def _pending(cls, method: Callable[..., Any], src: PandasRelation, args: tuple
+                 ) -> PandasRelation:
+        r = cls.__new__(cls)
+        r._df, r._ids, r._op, r._schema_rel = None, None, (method, src, args), None
+        return r
+
+    def _force(self) -> None:
+        op = self._op
+        if op is None:
+            return
+        method, src, args = op
+        out = method(src, *args)
+        out._force()
+        self._df, self._ids, self._op = out._df, out._ids, None
+
+    @property
+    def df(self) -> pd.DataFrame:
+        """The records (computes a pending relation: call only after the charge)."""
+        self._force()
+        assert self._df is not None
+        return self._df
+
+    @property
+    def ids(self) -> np.ndarray | None:
+        """The privacy ids (``None``: all ⊥); computes a pending relation."""
+        self._force()
+        return self._ids
+
+    def _schema(self) -> PandasRelation:
+        """An empty relation with this relation's columns (no analyst code runs: no records)."""
+        if self._schema_rel is None:
+            if self._op is None:
+                assert self._df is not None
+                ids = None if self._ids is None else self._ids[:0]
+                self._schema_rel = PandasRelation(self._df.iloc[0:0], ids)
+            else:
+                method, src, args = self._op
+                empty = tuple(a._schema() if isinstance(a, PandasRelation) else a for a in args)
+                out = method(src._schema(), *empty)
+                out._force()
+                self._schema_rel = out
+        return self._schema_rel
 
     # ------------------------------------------------------------ helpers
     def _sub(self, rows: np.ndarray) -> PandasRelation:
@@ -76,7 +147,9 @@ class PandasRelation:
     def columns(self) -> list[str]:
         # pandas types labels as Hashable; the tables API names columns by str (labels of other
         # types are passed through unchanged, as before)
-        return cast(list[str], list(self.df.columns))
+        df = self._df if self._op is None else self._schema()._df
+        assert df is not None
+        return cast(list[str], list(df.columns))
 
     @staticmethod
     def _same(other: Relation, what: str) -> PandasRelation:
@@ -118,13 +191,16 @@ class PandasRelation:
         return len(self.df)
 
     # ------------------------------------------------------------ row-wise
+    @_deferred
     def where(self, pred: Callable[[rowwise.Record], Any]) -> PandasRelation:
         return self._sub(rowwise.predicate_mask(self.df, pred))
 
+    @_deferred
     def select(self, exprs: Mapping[str, Callable[[rowwise.Record], Any]]) -> PandasRelation:
         cols = {name: rowwise.map_values(self.df, f) for name, f in exprs.items()}
         return PandasRelation(pd.DataFrame(cols, index=pd.RangeIndex(len(self.df))), self.ids)
 
+    @_deferred
     def select_many(self, k: int, f: Callable[[rowwise.Record], Any],
                     columns: Sequence[str] | None) -> PandasRelation:
         rows, parents = rowwise.flat_map(self.df, k, f, columns)
@@ -143,6 +219,25 @@ class PandasRelation:
         return arr
 
     def partition(self, keys: Sequence[Hashable], key: ValueSpec) -> list[Relation]:
+        """One pending relation per key; the first one read computes them all."""
+        return list[Relation](self._split(lambda src: src._partition_now(keys, key), len(keys)))
+
+    def _split(self, compute: Callable[[PandasRelation], Sequence[PandasRelation]], n: int
+               ) -> list[PandasRelation]:
+        """``n`` pending relations: the parts of ``compute(self)``, computed once when the
+        first is read (the schema of a part is computed from the empty schema, uncached)."""
+        memo: list[Sequence[PandasRelation]] = []
+
+        def part(src: PandasRelation, i: int) -> PandasRelation:
+            if src is not self:  # the empty schema: no records, no analyst call
+                return compute(src)[i]
+            if not memo:
+                memo.append(compute(src))
+            return memo[0][i]
+
+        return [PandasRelation._pending(part, self, (i,)) for i in range(n)]
+
+    def _partition_now(self, keys: Sequence[Hashable], key: ValueSpec) -> list[PandasRelation]:
         karr = self._keys(key)
         if not keys:
             return []
@@ -156,6 +251,7 @@ class PandasRelation:
         bounds = np.searchsorted(codes[order], np.arange(len(keys) + 1))
         return [self._sub(order[bounds[i]: bounds[i + 1]]) for i in range(len(keys))]
 
+    @_deferred
     def concat(self, other: Relation) -> PandasRelation:
         o = self._same(other, "concat")
         df = pd.concat([self.df, o.df], ignore_index=True)
@@ -163,6 +259,7 @@ class PandasRelation:
             return PandasRelation(df, None)
         return PandasRelation(df, np.concatenate([self._all_ids(), o._all_ids()]))
 
+    @_deferred
     def product(self, public: Relation) -> PandasRelation:
         o = self._same(public, "product")
         out = self.df.merge(o.df, how="cross", suffixes=("", "_public"))
@@ -186,6 +283,7 @@ class PandasRelation:
             indicator=indicator)
         return out.drop(columns=keys)
 
+    @_deferred
     def join_public(self, public: Relation, on: Sequence[str],
                     right_on: Sequence[str]) -> PandasRelation:
         o = self._same(public, "join_public")
@@ -196,6 +294,7 @@ class PandasRelation:
         return PandasRelation(out.reset_index(drop=True),
                               None if self.ids is None else self.ids[src])
 
+    @_deferred
     def exclude(self, public: Relation, on: Sequence[str]) -> PandasRelation:
         o = self._same(public, "exclude")
         left = _safe(self.df, on)
@@ -205,6 +304,7 @@ class PandasRelation:
         return self._sub(~np.asarray(key.isin(pkey)))
 
     # ------------------------------------------------------------ not row-wise
+    @_deferred
     def group_by(self, keys: Sequence[str] | None, key_fn: Any,
                  aggs: Mapping[str, tuple[str, str]]) -> PandasRelation:
         if key_fn is not None:
@@ -225,10 +325,12 @@ class PandasRelation:
             pass  # mixed key types: first-appearance order
         return PandasRelation(out, None)
 
+    @_deferred
     def distinct(self) -> PandasRelation:
         dup = _safe(self.df, list(self.df.columns)).duplicated().to_numpy()
         return PandasRelation(self.df[~dup].reset_index(drop=True), None)
 
+    @_deferred
     def union(self, other: Relation) -> PandasRelation:
         o = self._same(other, "union")
         return PandasRelation(pd.concat([self.df, o.df], ignore_index=True)).distinct()
@@ -244,14 +346,17 @@ class PandasRelation:
         hit[m["__dprivacy_pos__"].to_numpy()] = True
         return left, hit
 
+    @_deferred
     def intersect(self, other: Relation) -> PandasRelation:
         left, hit = self._marked(self._same(other, "intersect"))
         return PandasRelation(left[hit].reset_index(drop=True), None)
 
+    @_deferred
     def except_(self, other: Relation) -> PandasRelation:
         left, hit = self._marked(self._same(other, "except_"))
         return PandasRelation(left[~hit].reset_index(drop=True), None)
 
+    @_deferred
     def join(self, other: Relation, bound_self: int, bound_other: int,
              on: Sequence[str], right_on: Sequence[str]) -> PandasRelation:
         o = self._same(other, "join")
@@ -265,14 +370,21 @@ class PandasRelation:
         out = self._merge(left, right, on, right_on, "inner", ("", "_right"))
         return PandasRelation(out.reset_index(drop=True), None)
 
+    @_deferred
     def take(self, n: int) -> PandasRelation:
         return self._sub(np.arange(min(n, len(self.df))))
 
+    @_deferred
     def skip(self, n: int) -> PandasRelation:
         return self._sub(np.arange(min(n, len(self.df)), len(self.df)))
 
     def sample(self, kind: SampleKind, param: float, secret: int
                ) -> tuple[PandasRelation, PandasRelation]:
+        a, b = self._split(lambda src: src._sample_now(kind, param, secret), 2)
+        return a, b
+
+    def _sample_now(self, kind: SampleKind, param: float, secret: int
+                    ) -> tuple[PandasRelation, PandasRelation]:
         gen = np.random.Generator(np.random.Philox(key=secret % (1 << 128)))
         size = len(self.df)
         if kind == "bernoulli":

@@ -119,12 +119,17 @@ def records(df: pd.DataFrame) -> Iterator[Record]:
 
 
 def _call(f: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
-    """(ok, result) of analyst code; any exception (but Ctrl-C) is caught and reported as not ok."""
+    """(ok, result) of analyst code; ANY exception is caught and reported as not ok.
+
+    BaseException included: KeyboardInterrupt, SystemExit, GeneratorExit, RecursionError and
+    MemoryError raised on one record must not escape, or their presence would tell whether that
+    record is in the table. (So Ctrl-C while analyst code runs drops the current record instead
+    of stopping the query.) ``f`` should also do the post-processing of the result (sanitising,
+    reading list items): analyst objects run code there too (``__getitem__`` of an ndarray
+    subclass, ``__eq__`` of a dict key, a deeply nested tuple)."""
     try:
         return True, f(*args)
-    except KeyboardInterrupt:
-        raise
-    except BaseException:  # noqa: BLE001 (SystemExit included: it must not stop on one record)
+    except BaseException:  # noqa: BLE001 - see the docstring
         return False, None
 
 
@@ -132,25 +137,33 @@ def predicate_mask(df: pd.DataFrame, f: Callable[[Record], Any]) -> np.ndarray:
     """Keep-mask of a per-record predicate (True only for a returned ``True``)."""
     out = np.zeros(len(df), dtype=bool)
     for i, r in enumerate(records(df)):
-        ok, v = _call(f, r)
-        if ok and (v is True or (type(v) is np.bool_ and bool(v))):
-            out[i] = True
+        ok, v = _call(_truth, f, r)
+        out[i] = ok and v
     return out
+
+
+def _truth(f: Callable[[Record], Any], r: Record) -> bool:
+    v = f(r)
+    return v is True or (type(v) is np.bool_ and bool(v))
+
+
+def _cleaned(f: Callable[[Record], Any], r: Record) -> Any:
+    return clean(f(r))
 
 
 def map_values(df: pd.DataFrame, f: Callable[[Record], Any]) -> list[Any]:
     """Sanitised ``f(r)`` for every record (None where it raises)."""
     out = []
     for r in records(df):
-        ok, v = _call(f, r)
-        out.append(clean(v) if ok else None)
+        ok, v = _call(_cleaned, f, r)
+        out.append(v if ok else None)
     return out
 
 
 def _items(v: Any, k: int) -> list[Any]:
     if type(v) in (list, tuple, range):
         return list(v[:k])
-    if isinstance(v, np.ndarray) and v.ndim >= 1:
+    if type(v) is np.ndarray and v.ndim >= 1:  # exact type: a subclass runs analyst code
         return list(v[:k])
     return []
 
@@ -172,13 +185,18 @@ def flat_map(df: pd.DataFrame, k: int, f: Callable[[Record], Any],
     rows: list[tuple] = []
     parents: list[int] = []
     for i, r in enumerate(records(df)):
-        ok, v = _call(f, r)
+        ok, out = _call(_flat_rows, f, r, k, columns)
         if not ok:
             continue
-        for item in _items(v, k):
-            rows.append(_row(item, columns))
-            parents.append(i)
+        rows.extend(out)
+        parents.extend([i] * len(out))
     return rows, np.asarray(parents, dtype=np.int64)
+
+
+def _flat_rows(f: Callable[[Record], Any], r: Record, k: int,
+               columns: Sequence[str] | None) -> list[tuple]:
+    """The sanitised output rows of one record (all or nothing: made inside the guard)."""
+    return [_row(item, columns) for item in _items(f(r), k)]
 
 
 def _clamp(v: np.ndarray, lo: float, hi: float) -> np.ndarray:
@@ -197,8 +215,8 @@ def float_values(df: pd.DataFrame, spec: str | Callable[[Record], Any], lo: floa
     else:
         vals = []
         for r in records(df):
-            ok, v = _call(spec, r)
-            vals.append(number(v) if ok else math.nan)
+            ok, v = _call(_number_of, spec, r)
+            vals.append(v if ok else math.nan)
         raw = np.asarray(vals, dtype=float)
     return _clamp(raw, lo, hi)
 
@@ -209,10 +227,13 @@ def score_sums(df: pd.DataFrame, score: Callable[[Record, Any], Any],
     total = np.zeros(len(candidates))
     for r in records(df):
         for j, c in enumerate(candidates):
-            ok, v = _call(score, r, c)
-            x = number(v) if ok else math.nan
-            total[j] += 0.0 if math.isnan(x) else min(max(x, 0.0), 1.0)
+            ok, x = _call(_number_of, score, r, c)
+            total[j] += 0.0 if not ok or math.isnan(x) else min(max(x, 0.0), 1.0)
     return total
+
+
+def _number_of(f: Callable[..., Any], *args: Any) -> float:
+    return number(f(*args))
 
 
 @contextlib.contextmanager
