@@ -11,7 +11,16 @@ from dprivacy.audit import AuditResult, audit
 from dprivacy.config import MechanismConfig
 from dprivacy.design import LOSSES, METHODS, Design, design, improvement_factor
 from dprivacy.group import group_privacy_loss
-from dprivacy.mechanisms import DXMWEM, DXExponential, DXLaplace, DXSmallDB, Laplace
+from dprivacy.mechanisms import (
+    DXMWEM,
+    DXExponential,
+    DXLaplace,
+    DXSmallDB,
+    Laplace,
+    StrategyDesign,
+    StrategyMechanism,
+    design_strategy,
+)
 from dprivacy.universe import Universe
 from dprivacy.workload import Workload
 
@@ -19,4 +28,5 @@ __all__ = [
     "Accountant", "LOSSES", "METHODS", "AuditResult", "DXExponential", "DXLaplace", "DXMWEM", "DXSmallDB",
     "Design", "Laplace", "MechanismConfig", "Universe", "Workload", "audit", "data", "design",
     "__version__", "errors", "group_privacy_loss", "improvement_factor", "metrics", "noise",
+    "StrategyDesign", "StrategyMechanism", "design_strategy",
 ]

@@ -134,6 +134,17 @@ class Euclidean(Metric):
     def _raw_budget(self, universe: Universe) -> np.ndarray:
         return self.block(universe, np.arange(universe.N))
 
+    def edges(self, universe: Universe) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """On a line (1-D points) the metric is the path metric of the sorted points: the N - 1
+        gaps between neighbours are its edges (docs/theory.md, "Graph metrics need only their
+        edges"), so every design constrains N - 1 pairs instead of N (N - 1) / 2.  None in 2-D+."""
+        c = _coords(universe, "Euclidean")
+        if c.shape[1] != 1 or universe.N < 2:
+            return None
+        order = np.argsort(c[:, 0], kind="stable").astype(np.int64)
+        gaps = np.diff(c[order, 0])
+        return order[:-1], order[1:], float(self.eps_per_unit) * gaps
+
     def geometric_index(self, universe: Universe) -> GeometricIndex:
         """eps_ij = eps_per_unit ||p_i - p_j|| >= eps_per_unit (1 - 1e-9) ||p_i - p_j||."""
         c = _coords(universe, "Euclidean")

@@ -1,0 +1,232 @@
+"""Strategy (matrix) mechanisms under d_X: release A x + Lap(1)^p, answer F by least squares.
+
+A (w, beta) design can only rescale each query; a strategy A (p x N) measures other linear
+functions and recombines them: y = A x + Z with Z_r ~ Lap(1) i.i.d., answers F x_hat with x_hat the
+least-squares estimate (docs/theory.md, "Strategy mechanisms").  Privacy condition: for every
+constrained pair, ``||A (e_i - e_j)||_1 <= eps_ij`` -- the Laplace density of y changes by at most
+``exp(||A (x - x')||_1)`` when one record moves from chi_i to chi_j (graph metrics: the edges
+suffice).  The total n = 1'x never changes between neighbours, so it is used exactly.
+Expected total squared error: ``2 ||F A^+||_F^2`` (on the complement of 1).
+
+Strategies are optimised in :mod:`solvers.strategy` (HDMM-style, McKenna et al., PVLDB 2018;
+Blowfish's transformational equivalence for lines and trees, Haney, Machanavajjhala and Ding,
+PVLDB 2015).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import scipy.sparse as sp
+
+import solvers.strategy as st
+from dprivacy import noise
+from dprivacy.design import PRIVACY_RTOL, Design, call_solver
+from dprivacy.errors import PrivacyViolationError, ShapeError, ValidationError
+from dprivacy.mechanisms._release import charge_release, setup_accounting
+from dprivacy.universe import check_histogram
+from dprivacy.workload import Workload
+from solvers.strategy.basis import Mat, is_sparse
+
+if TYPE_CHECKING:
+    from dprivacy.accounting import Accountant
+    from dprivacy.metrics.base import Metric
+    from dprivacy.universe import Universe
+    from solvers import ConstraintSet
+
+__all__ = ["StrategyDesign", "StrategyMechanism", "design_strategy"]
+
+
+def _sq(M: Mat) -> np.ndarray:
+    """Row sums of M**2."""
+    if is_sparse(M):
+        return np.asarray(sp.csr_array(M).multiply(M).sum(axis=1)).ravel()
+    return np.sum(np.asarray(M) ** 2, axis=1)
+
+
+@dataclass(eq=False)
+class StrategyDesign:
+    """A strategy ``A = C T`` for a workload (T: the :class:`solvers.strategy.Basis`).
+
+    ``strategy`` is the scaled (p, N) matrix A such that ``A x + Lap(1)^p`` is d_X-private;
+    answers are ``M y + n o`` (least squares from the release y and the known total n).
+    """
+
+    workload: Workload
+    C: Mat
+    basis: st.Basis
+    M: Mat
+    o: np.ndarray
+    max_ratio: float = float("nan")
+    lower_bound: float | None = None
+    report: dict[str, Any] = field(default_factory=dict)
+    constraints: ConstraintSet | None = field(default=None, repr=False)
+    method: str = "strategy"
+
+    @property
+    def m(self) -> int:
+        return self.workload.m
+
+    @property
+    def p(self) -> int:
+        """Number of released measurements (rows of the strategy)."""
+        return int(self.C.shape[0])
+
+    @property
+    def strategy(self) -> np.ndarray:
+        """The scaled (p, N) strategy A (dense)."""
+        return st.materialise(self.C, self.basis)
+
+    def query_variances(self) -> np.ndarray:
+        """Variance of every answer: the diagonal of 2 F A^+ A^+' F' (shape (m,))."""
+        return 2.0 * _sq(self.M)
+
+    def expected_squared_error(self, x: object = None) -> float:
+        """E||answers - F x||^2 = 2 ||F A^+||_F^2 (unbiased: the same for every histogram x)."""
+        return float(np.sum(self.query_variances()))
+
+    def answer(self, y: np.ndarray, n: float) -> np.ndarray:
+        """Least-squares answers M y + n o from measurements y and the total n."""
+        return np.asarray(self.M @ np.asarray(y, dtype=np.float64)).ravel() + float(n) * self.o
+
+
+def _codes(universe: Universe) -> np.ndarray | None:
+    keys = list(universe.key_columns)
+    if universe.coords is not None or len(keys) < 2 or not universe.is_full_product():
+        return None
+    return np.stack([np.asarray(universe.elements[c].factorize()[0]) for c in keys], axis=1)
+
+
+def design_strategy(workload: Workload | Any, universe: Universe, metric: Metric, *,
+                    baseline: Design | None = None, **options: Any) -> StrategyDesign:
+    """Optimise a strategy mechanism for ``workload`` under ``metric`` on ``universe``.
+
+    Parameters
+    ----------
+    workload : Workload (or an (m, N) matrix).
+    universe, metric : the budget eps_ij = d_X(chi_i, chi_j); graph metrics (and points on a
+        line) are constrained on their edges, a spanning tree (a line) in its edge basis.
+    baseline : a (w, beta) :class:`Design` of this workload to start from (its A = diag(u) F);
+        default: ``design(..., method="exact")`` is solved when N <= 2048.
+    **options : passed to :func:`solvers.strategy.optimize_strategy` (``starts``, ``rounds``,
+        ``maxiter``, ``time_limit`` in seconds, ``polish_top``, ``lower_bound``).
+
+    Returns
+    -------
+    StrategyDesign, verified by an exact scan over every constrained pair.
+
+    Examples
+    --------
+    >>> import numpy as np, dprivacy as dp
+    >>> U = dp.Universe.from_points(np.arange(8.0)[:, None])
+    >>> W = dp.Workload.range_queries(8, [(0, 3), (2, 6), (5, 7)])
+    >>> d = dp.design_strategy(W, U, dp.metrics.Euclidean(0.5))
+    >>> d.strategy.shape[1], d.expected_squared_error() > 0
+    (8, True)
+    """
+    W = workload if isinstance(workload, Workload) else Workload(workload)
+    W.check_universe(universe)
+    cs = metric.constraint_set(universe)
+    u = None
+    if baseline is not None:
+        if baseline.m != W.m:
+            raise ShapeError(f"the baseline design has m = {baseline.m}, the workload m = {W.m}")
+        u = baseline.u
+    res = call_solver(st.optimize_strategy, W.F, cs, u=u, coords=universe.coords,
+                      codes=_codes(universe), **options)
+    report = dict(res.report)
+    report["metric"] = repr(metric)
+    return StrategyDesign(W, res.C, res.basis, res.M, res.o, res.max_ratio, res.lower_bound,
+                          report, cs)
+
+
+class StrategyMechanism:
+    """Release ``A x + Lap(1)^p`` and answer the workload by least squares.
+
+    The constraint ``||A (e_i - e_j)||_1 <= eps_ij`` is re-checked over every constrained pair
+    (the edges of a graph metric) at construction, against ``universe`` + ``metric`` when given,
+    else against the constraint set the design carries; the answer map is recomputed from the
+    strategy and the workload (it is never trusted from the design).
+
+    Examples
+    --------
+    >>> import numpy as np, dprivacy as dp
+    >>> U = dp.Universe.from_points(np.arange(6.0)[:, None])
+    >>> W = dp.Workload.range_queries(6, [(0, 2), (1, 4)])
+    >>> M = dp.metrics.Euclidean(1.0)
+    >>> mech = dp.StrategyMechanism(W, dp.design_strategy(W, U, M), universe=U, metric=M)
+    >>> mech.release(np.array([3, 1, 4, 1, 5, 9]), rng=0, secure=False).shape
+    (2,)
+    """
+
+    kind = "strategy"
+
+    def __init__(self, workload: Workload | Any, design: StrategyDesign, *,
+                 universe: Universe | None = None, metric: Metric | None = None) -> None:
+        W = workload if isinstance(workload, Workload) else Workload(workload)
+        if not isinstance(design, StrategyDesign):
+            raise ValidationError(f"design is a {type(design).__name__}: expected a StrategyDesign "
+                                  "(dprivacy.design_strategy)")
+        if design.basis.N != W.N:
+            raise ShapeError(f"the strategy has N = {design.basis.N}, the workload N = {W.N}")
+        if (universe is None) != (metric is None):
+            raise ValidationError("give both universe and metric, or neither")
+        if universe is not None:
+            assert metric is not None
+            W.check_universe(universe)
+            cs = metric.constraint_set(universe)
+        elif design.constraints is not None:
+            cs = design.constraints
+        else:
+            raise PrivacyViolationError("no constraint set to check the strategy against: pass "
+                                        "universe= and metric=")
+        C = design.C
+        if is_sparse(C):
+            vals = sp.csr_array(C).data
+        else:
+            vals = np.asarray(C, dtype=np.float64)
+        if not np.all(np.isfinite(vals)):
+            raise ValidationError("the strategy has NaN or infinite entries")
+        ratio, worst, _ = call_solver(st.strategy_scan, C, design.basis, cs)
+        if not ratio <= 1 + PRIVACY_RTOL:
+            raise PrivacyViolationError(
+                f"privacy condition broken: ||A (e_i - e_j)||_1 / eps_ij = {ratio:.9g} at pair "
+                f"{worst} (allowed 1 + {PRIVACY_RTOL:g}); scale the strategy down")
+        FK, f0 = design.basis.workload(W.F)
+        self.M, self.o = call_solver(st.answer_map, C, FK, f0, design.basis.kind == "identity")
+        self.workload = W
+        self.design = design
+        self.constraints = cs
+        self.max_ratio_ = float(ratio)
+        setup_accounting(self, universe, metric)
+
+    def query_variances(self) -> np.ndarray:
+        """Variance of every answer (shape (m,))."""
+        return 2.0 * _sq(self.M)
+
+    def expected_squared_error(self, x: object = None) -> float:
+        """E||answers - F x||^2 = 2 ||F A^+||_F^2 (the same for every x)."""
+        return float(np.sum(self.query_variances()))
+
+    def release(self, x: Any, rng: Any = None, secure: bool = True, *,
+                accountant: Accountant | None = None) -> np.ndarray:
+        """The m answers from one release ``y = A x + Lap(1)^p`` (and the total n = 1'x).
+
+        ``secure=True`` (default) draws with OpenDP's floating-point-safe sampler (``rng``
+        unused); ``secure=False`` with numpy, for simulations.  ``accountant`` is charged
+        :attr:`release_cost` before anything is computed (see :class:`dprivacy.DXLaplace`).
+        """
+        arr = check_histogram(x, self.workload.N)
+        charge_release(self, accountant)
+        s = self.design.basis.apply(arr.astype(float))
+        y_true = np.asarray(self.design.C @ s, dtype=np.float64).ravel()
+        y = np.asarray(noise.add_laplace(y_true, np.ones(y_true.shape), rng=rng, secure=secure),
+                       dtype=np.float64).ravel()
+        n = float(np.sum(arr))
+        return np.asarray(self.M @ y).ravel() + n * self.o
+
+    def __repr__(self) -> str:
+        return (f"StrategyMechanism(m={self.workload.m}, N={self.workload.N}, p={self.design.p}, "
+                f"max_ratio={self.max_ratio_:.6g})")

@@ -1,0 +1,245 @@
+"""Strategy (matrix) mechanisms under d_X: optimise what is measured, not only its noise.
+
+A strategy A (p x N) is released as ``y = A x + Lap(1)^p`` and the workload F is answered by
+least squares, ``F A^+ y``.  The release is d_X-private iff ``||A (e_i - e_j)||_1 <= eps_ij`` for
+every constrained pair (the column l1 distances of A are bounded by the metric; for graph metrics
+the edges suffice).  Expected total squared error: ``2 ||F A^+||_F^2``.  Neighbours move a
+record, so the total n is known exactly and only the component of x orthogonal to 1 costs.
+
+:func:`optimize_strategy` picks the best of several starts (the identity / Blowfish transform,
+the (w, beta) design A = diag(u) F, a k-d hierarchy, weighted marginals) by their exact error and
+polishes it by gradient descent on ``c(A)^2 ||F A^+||_F^2`` (:mod:`solvers.strategy.optimize`).
+numpy / scipy only; never imports dprivacy.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from solvers.constraints import ConstraintSet
+from solvers.errors import SolverError
+from solvers.strategy.basis import Basis, Mat, is_sparse
+from solvers.strategy.bound import best_bound
+from solvers.strategy.constraint import PairSet, materialise, strategy_scan
+from solvers.strategy.objective import Objective, answer_map, gram
+from solvers.strategy.optimize import polish
+from solvers.strategy.starts import (
+    design_start,
+    identity_start,
+    kd_hierarchy,
+    marginal_start,
+    spanning_tree_start,
+)
+
+__all__ = ["Basis", "StrategyResult", "answer_map", "choose_basis", "materialise",
+           "optimize_strategy", "strategy_scan"]
+
+STARTS = ("identity", "tree", "design", "hierarchical", "marginals")
+#: Above this many coordinates only structured starts are compared (no dense K x K algebra).
+DENSE_LIMIT = 2048
+#: All pairs form the working set up to this many pairs; beyond it the most loaded pairs do.
+ALL_PAIRS_LIMIT = 150_000
+
+
+@dataclass
+class StrategyResult:
+    """A verified strategy ``A = C T`` (``basis`` gives T) with ``max ratio <= 1``.
+
+    ``M, o``: answers = ``M y + n o`` from the release y and the total n; ``error`` the expected
+    total squared error ``2 ||M||_F^2``; ``lower_bound`` (or None) a bound no strategy beats."""
+
+    C: Mat
+    basis: Basis
+    M: Mat
+    o: np.ndarray
+    error: float
+    max_ratio: float
+    lower_bound: float | None
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+def choose_basis(cs: ConstraintSet) -> Basis:
+    """The tree basis when ``cs`` is the edge set of a spanning tree (a path, for a line), else
+    the identity."""
+    if cs.kind == "edges" and cs.n_constraints == cs.N - 1 and cs.N > 1:
+        I, J, _ = cs.edge_arrays()  # noqa: N806, E741
+        try:
+            return Basis.tree(cs.N, I, J)
+        except SolverError:
+            pass
+    return Basis.identity(cs.N)
+
+
+def _all_pairs(cs: ConstraintSet) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    I, J = np.triu_indices(cs.N, 1)  # noqa: N806, E741
+    E = cs.pair_eps(I, J)  # noqa: N806
+    keep = np.isfinite(E)
+    return I[keep], J[keep], E[keep]
+
+
+def optimize_strategy(F: Any, cs: ConstraintSet, *, u: np.ndarray | None = None,
+                      coords: np.ndarray | None = None, codes: np.ndarray | None = None,
+                      starts: tuple[str, ...] | None = None, rounds: int = 6, maxiter: int = 150,
+                      time_limit: float = 600.0, polish_top: int = 1, active_k: int | None = None,
+                      lower_bound: bool = True, memory_bytes: int = 2**30) -> StrategyResult:
+    """Design a strategy for the workload F (m x N) under the pair constraints ``cs``.
+
+    Parameters
+    ----------
+    F : (m, N) array or scipy.sparse matrix.
+    cs : the constrained pairs (all pairs, or a graph's edges; a spanning tree's edges switch to
+        the tree basis, :class:`Basis`).
+    u : u = w beta of a (w, beta) design, for the ``design`` start (computed with
+        ``solvers.design(method="exact")`` when that start is asked for and u is not given).
+    coords : (N, d) points, for the ``hierarchical`` start.  codes : (N, k) attribute codes of a
+        product universe, for the ``marginals`` start.
+    starts : which starts to compare (default: every one that applies).
+    rounds, maxiter : gradient rounds and L-BFGS iterations per round.
+    time_limit : seconds after which no new round starts.
+    polish_top : how many of the best starts are polished.
+    active_k : pairs added to the working set per round (default 20 N).
+
+    Returns
+    -------
+    StrategyResult whose strategy passed an exact scan over every constrained pair.
+    """
+    t0 = time.perf_counter()
+    deadline = t0 + float(time_limit)
+    N = cs.N  # noqa: N806
+    Fm = sp.csr_array(F) if is_sparse(F) else np.asarray(F, dtype=np.float64)
+    if Fm.ndim != 2 or Fm.shape[1] != N:
+        raise SolverError(f"F must be (m, {N}), got shape {Fm.shape}")
+    basis = choose_basis(cs)
+    FK, f0 = basis.workload(Fm)
+    centre = basis.kind == "identity"
+    K = basis.K  # noqa: N806
+    if basis.kind == "tree":
+        I, J, E = cs.edge_arrays()  # noqa: N806, E741
+        kk = basis.edge_index(I, J)
+        edge_eps = np.empty(K)
+        edge_eps[kk] = E
+        base = PairSet(np.arange(K), -np.ones(K, np.int64), edge_eps)
+    else:
+        edge_eps = None
+        if cs.kind == "edges":
+            base = PairSet(*cs.edge_arrays())
+        elif N * (N - 1) // 2 <= ALL_PAIRS_LIMIT:
+            base = PairSet(*_all_pairs(cs))
+        else:
+            base = PairSet(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
+    complete = basis.kind == "tree" or cs.kind == "edges" or N * (N - 1) // 2 <= ALL_PAIRS_LIMIT
+    k_new = int(active_k or 20 * N)
+
+    def check(C: np.ndarray) -> tuple[float, tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
+        if complete:
+            return float(base.ratios(C).max()), None
+        c, _, top = strategy_scan(C, basis, cs, k=k_new, memory_bytes=memory_bytes)
+        I_, J_, r_ = top  # noqa: N806
+        return c, (I_, J_, cs.pair_eps(I_, J_))
+
+    wanted = tuple(starts) if starts is not None else STARTS
+    unknown = set(wanted) - set(STARTS)
+    if unknown:
+        raise SolverError(f"unknown starts {sorted(unknown)}; choose from {STARTS}")
+    cands: dict[str, Mat] = {}
+    notes: dict[str, Any] = {}
+    if "identity" in wanted:
+        cands["identity"] = identity_start(basis, edge_eps)
+    if "tree" in wanted and centre and K <= DENSE_LIMIT:
+        ti, tj, te = (base.I, base.J, base.eps) if complete else _nearest_pairs(cs, N)
+        try:
+            cands["tree"] = spanning_tree_start(N, ti, tj, te)
+        except SolverError:
+            notes["tree_start"] = "the constraint graph does not connect every element"
+    if "design" in wanted and K <= DENSE_LIMIT:
+        if u is None:
+            from solvers import design as solve_design
+
+            u = solve_design(Fm, cs, method="exact").u
+        cands["design"] = design_start(np.asarray(u), FK)
+    if "hierarchical" in wanted and coords is not None and centre and K <= DENSE_LIMIT:
+        cands["hierarchical"] = kd_hierarchy(coords).toarray()
+    scores: dict[str, float] = {}
+
+    def exact_score(C: Mat) -> float:
+        c, _, _ = strategy_scan(C, basis, cs, memory_bytes=memory_bytes)
+        if not np.isfinite(c) or c <= 0:
+            return float("inf")
+        try:
+            M, _ = answer_map(C / c, FK, f0, centre)
+        except SolverError:
+            return float("inf")
+        return 2.0 * float((M.multiply(M)).sum() if is_sparse(M) else np.sum(M * M))
+
+    if "marginals" in wanted and codes is not None and centre and K <= DENSE_LIMIT:
+        A, theta = marginal_start(np.asarray(codes), exact_score)
+        cands["marginals"] = A
+        notes["marginal_weights"] = theta
+    for name, C in cands.items():
+        scores[name] = exact_score(C)
+    if not scores or not any(np.isfinite(v) for v in scores.values()):
+        raise SolverError(f"no start gave a finite error ({scores}); is every query answerable?")
+    ranked = sorted((v, k) for k, v in scores.items() if np.isfinite(v))
+    best_name, best_C, best_err = ranked[0][1], cands[ranked[0][1]], ranked[0][0]
+    history: dict[str, list[dict]] = {}
+    if K <= DENSE_LIMIT and rounds > 0:
+        obj = Objective(gram(FK, centre), centre)
+        for _, name in ranked[:max(1, polish_top)]:
+            C0 = cands[name]
+            C0 = np.asarray(C0.toarray() if is_sparse(C0) else C0, dtype=np.float64)
+            if not np.isfinite(obj.value(C0)):  # rank deficient: add a small identity part
+                idn = identity_start(basis, edge_eps).toarray()
+                c_id = check(idn)[0]
+                c_0 = check(C0)[0]
+                C0 = np.vstack([C0, idn * (0.01 * c_0 / c_id)])
+            Cp, _, hist = polish(C0, obj, base, check, rounds=rounds, maxiter=maxiter,
+                                 deadline=deadline)
+            history[name] = hist
+            err = exact_score(Cp)
+            scores[f"{name}+polish"] = err
+            if err < best_err:
+                best_name, best_C, best_err = f"{name}+polish", Cp, err
+    # final: exact scan over every constrained pair, scale to the budget, answer map
+    c, worst, _ = strategy_scan(best_C, basis, cs, memory_bytes=memory_bytes)
+    C = best_C / (c * (1 + 1e-12))
+    if not is_sparse(C):
+        C = np.asarray(C)
+        if C.size > 10_000 and np.count_nonzero(C) < 0.05 * C.size:
+            C = sp.csr_array(C)
+    ratio, worst, _ = strategy_scan(C, basis, cs, memory_bytes=memory_bytes)
+    if not ratio <= 1 + 1e-12:
+        raise SolverError(f"strategy verification failed: pair {worst} at {ratio:.12g} x budget")
+    M, o = answer_map(C, FK, f0, centre)
+    err = 2.0 * float((M.multiply(M)).sum() if is_sparse(M) else np.sum(M * M))
+    lb = None
+    if lower_bound and K <= DENSE_LIMIT:
+        G = gram(FK, centre)
+        lb = best_bound(G, base.I, base.J, base.eps) if complete else \
+            best_bound(G, *_nearest_pairs(cs, N))
+    report = {"start": best_name, "starts": scores, "history": history, "basis": basis.kind,
+              "p": int(C.shape[0]), "max_ratio": ratio, "worst_pair": worst,
+              "seconds": time.perf_counter() - t0, **notes}
+    return StrategyResult(C, basis, M, o, err, ratio, lb, report)
+
+
+def _nearest_pairs(cs: ConstraintSet, N: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # noqa: N803
+    """Every element's tightest pairs (eps within 1 % of its smallest), for the lower bound."""
+    Is, Js, Es = [], [], []
+    step = max(1, 2**22 // max(N, 1))
+    for r0 in range(0, N, step):
+        rows = np.arange(r0, min(N, r0 + step))
+        E = cs.eps_rows(r0, rows[-1] + 1).copy()  # noqa: N806
+        E[np.arange(rows.size), rows] = np.inf
+        lo = E.min(axis=1, keepdims=True)
+        ri, cj = np.nonzero(E <= 1.01 * lo)
+        Is.append(rows[ri])
+        Js.append(cj)
+        Es.append(E[ri, cj])
+    I, J, E = np.concatenate(Is), np.concatenate(Js), np.concatenate(Es)  # noqa: N806, E741
+    lo, hi = np.minimum(I, J), np.maximum(I, J)
+    return lo, hi, E
