@@ -123,8 +123,13 @@ def _budget(mechanism: Any, i: int, j: int) -> float:
         raise ValidationError("the mechanism carries no constraint set: pass eps_ij= explicitly")
     eps = float(cs.pair_eps(np.array([i]), np.array([j]))[0])
     if np.isinf(eps) and cs.kind == "edges":
-        raise ValidationError(f"({i}, {j}) is not an edge of the metric's graph: pass eps_ij= "
-                              "(the shortest-path distance) explicitly")
+        # a graph metric is the shortest-path distance over its edges (also points on a line)
+        from scipy.sparse import coo_array
+        from scipy.sparse.csgraph import dijkstra
+
+        I, J, E = cs.edge_arrays()  # noqa: N806, E741
+        g = coo_array((E, (I, J)), shape=(cs.N, cs.N)).tocsr()
+        eps = float(dijkstra(g, directed=False, indices=i)[j])
     return eps
 
 

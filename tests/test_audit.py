@@ -105,3 +105,14 @@ def test_input_validation(line):
         audit(mech, x, 0, 1, samples=60, rng=0)
     r = audit(mech, x, 0, 1, samples=2000, rng=0, eps_ij=0.1)  # an explicit, smaller budget
     assert r.eps_ij == 0.1 and r.violated
+
+
+def test_budget_of_a_non_edge_pair_is_the_shortest_path_distance():
+    # points on a line are constrained on their gaps (edges); the audit reads eps_ij of any pair
+    U = dp.Universe.from_points(np.array([[0.0], [1.0], [2.5], [4.0]]))
+    M = metrics.Euclidean(0.5)
+    W = dp.Workload([[0.0, 1.0, 2.0, 4.0]])
+    mech = DXLaplace(W, dp.design(W, U, M, method="closed_form"))
+    assert mech.design.constraints.kind == "edges"
+    r = audit(mech, np.array([3, 1, 1, 1]), 0, 3, samples=2000, rng=0)
+    assert r.eps_ij == pytest.approx(2.0)
