@@ -27,7 +27,7 @@ from solvers.strategy.basis import Basis, Mat, is_sparse
 from solvers.strategy.bound import best_bound
 from solvers.strategy.constraint import PairSet, materialise, strategy_scan
 from solvers.strategy.objective import Objective, answer_map, gram
-from solvers.strategy.optimize import polish
+from solvers.strategy.optimize import blas_threads, polish
 from solvers.strategy.starts import (
     design_start,
     identity_start,
@@ -86,7 +86,8 @@ def optimize_strategy(F: Any, cs: ConstraintSet, *, u: np.ndarray | None = None,
                       coords: np.ndarray | None = None, codes: np.ndarray | None = None,
                       starts: tuple[str, ...] | None = None, rounds: int = 6, maxiter: int = 150,
                       time_limit: float = 600.0, polish_top: int = 1, active_k: int | None = None,
-                      lower_bound: bool = True, memory_bytes: int = 2**30) -> StrategyResult:
+                      lower_bound: bool = True, memory_bytes: int = 2**30,
+                      threads: int | None = 1) -> StrategyResult:
     """Design a strategy for the workload F (m x N) under the pair constraints ``cs``.
 
     Parameters
@@ -103,11 +104,22 @@ def optimize_strategy(F: Any, cs: ConstraintSet, *, u: np.ndarray | None = None,
     time_limit : seconds after which no new round starts.
     polish_top : how many of the best starts are polished.
     active_k : pairs added to the working set per round (default 20 N).
+    threads : BLAS threads while optimising (default 1, the fastest on a shared machine;
+        None leaves the BLAS setting alone).
 
     Returns
     -------
     StrategyResult whose strategy passed an exact scan over every constrained pair.
     """
+    with blas_threads(threads):
+        return _optimize(F, cs, u, coords, codes, starts, rounds, maxiter, time_limit, polish_top,
+                         active_k, lower_bound, memory_bytes)
+
+
+def _optimize(F: Any, cs: ConstraintSet, u: np.ndarray | None, coords: np.ndarray | None,
+              codes: np.ndarray | None, starts: tuple[str, ...] | None, rounds: int, maxiter: int,
+              time_limit: float, polish_top: int, active_k: int | None, lower_bound: bool,
+              memory_bytes: int) -> StrategyResult:
     t0 = time.perf_counter()
     deadline = t0 + float(time_limit)
     N = cs.N  # noqa: N806
