@@ -129,7 +129,7 @@ def _budget(mechanism: Any, i: int, j: int) -> float:
 
         I, J, E = cs.edge_arrays()  # noqa: N806, E741
         g = coo_array((E, (I, J)), shape=(cs.N, cs.N)).tocsr()
-        eps = float(dijkstra(g, directed=False, indices=i)[j])
+        eps = float(dijkstra(g, directed=False, indices=[int(i)])[0, j])
     return eps
 
 
