@@ -1,0 +1,290 @@
+"""RemoteTable: the PINQ / ProPer table API, built as a data-free plan and run by the service.
+
+Each transformation returns a new :class:`RemoteTable` whose plan has one more step; the service
+checks it at once (and returns the derived table's public schema, on which later expressions are
+resolved), so a bad argument fails where it is written, as with an in-process table. Each noisy
+aggregation sends the whole plan and returns the service's answer, released at the query's
+deadline. Budgets are charged by the service, before it computes anything.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from dprivacy.errors import UnsupportedOperationError, ValidationError
+from dprivacy.service.exprcodec import encode
+from dprivacy.service.plan import PLAN_VERSION
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from dprivacy.remote.session import Session
+
+__all__ = ["RemoteTable"]
+
+
+def _py(v: Any) -> Any:
+    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
+        v = v.item()
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    if v is not None and not isinstance(v, (str, int, float, bool)):
+        raise ValidationError(f"a public table value of type {type(v).__name__} cannot be sent; "
+                              "use numbers, strings, booleans or None")
+    return v
+
+
+def _public(df: Any) -> dict[str, Any]:
+    import pandas as pd
+
+    if not isinstance(df, pd.DataFrame):
+        raise ValidationError(f"expected a public pandas DataFrame, got {type(df).__name__}")
+    return {"columns": [str(c) for c in df.columns],
+            "rows": [[_py(v) for v in row] for row in df.itertuples(index=False, name=None)]}
+
+
+class RemoteTable:
+    """A protected table held by the service (see the module doc).
+
+    Parameters:
+        session: the :class:`~dprivacy.remote.Session`.
+        plan: the table part of the plan (``{"source", "steps"}``).
+        kind: ``"pinq"`` or ``"proper"`` (the source's).
+        schema: ``[[column, ibis type], ...]`` of this table.
+    """
+
+    def __init__(self, session: Session, plan: dict[str, Any], kind: str,
+                 schema: list[list[str]]) -> None:
+        self._session = session
+        self._plan = plan
+        self.kind = kind
+        self._schema = schema
+
+    # ------------------------------------------------------------------ plumbing
+    @property
+    def columns(self) -> list[str]:
+        """Column names (public)."""
+        return [c for c, _ in self._schema]
+
+    @property
+    def schema(self) -> dict[str, str]:
+        """Column name -> Ibis type (public)."""
+        return {c: t for c, t in self._schema}
+
+    @property
+    def plan(self) -> dict[str, Any]:
+        """The data-free plan of this table (what the service receives)."""
+        return self._plan
+
+    def _unbound(self) -> Any:
+        import ibis
+
+        return ibis.table(ibis.schema({c: t for c, t in self._schema}), name="records")
+
+    def _expr(self, f: Any, what: str, *, column_ok: bool = True) -> Any:
+        """A column name, or the wire form of the row-wise expression ``f``."""
+        import ibis
+        import ibis.expr.types as ir
+        from ibis.common.deferred import Deferred
+
+        if f is None:
+            return None
+        if isinstance(f, str) and column_ok:
+            if f not in self.columns:
+                raise ValidationError(f"{what}: {f!r} is not a column; columns are {self.columns}")
+            return f
+        t = self._unbound()
+        try:
+            if isinstance(f, str):
+                v = t[f]
+            elif isinstance(f, Deferred):
+                v = f.resolve(t)
+            elif isinstance(f, ir.Value):
+                v = f
+            elif callable(f):
+                v = f(t)
+                if isinstance(v, Deferred):
+                    v = v.resolve(t)
+                elif isinstance(v, (list, tuple)):
+                    v = ibis.array([x.resolve(t) if isinstance(x, Deferred) else x for x in v])
+                elif isinstance(v, dict):
+                    v = ibis.struct({k: x.resolve(t) if isinstance(x, Deferred) else x
+                                     for k, x in v.items()})
+            elif isinstance(f, (bool, int, float)):
+                v = ibis.literal(f)
+            else:
+                raise ValidationError(f"{what}: got a {type(f).__name__}; expected an Ibis "
+                                      "expression such as `ibis._.age > 40` or a column name")
+        except ValidationError:
+            raise
+        except Exception as exc:
+            raise ValidationError(f"{what}: the expression does not apply to the columns "
+                                  f"{self.columns}: {type(exc).__name__}: {exc}") from None
+        if not isinstance(v, ir.Value):
+            raise ValidationError(f"{what}: expected an Ibis value expression, got "
+                                  f"{type(v).__name__}")
+        return encode(v)
+
+    def _step(self, step: dict[str, Any]) -> RemoteTable:
+        plan = {"source": self._plan["source"], "steps": [*self._plan["steps"], step]}
+        got = self._session.request("POST", "/v1/schema", {"v": PLAN_VERSION, "table": plan})
+        return RemoteTable(self._session, plan, self.kind, got["schema"])
+
+    def _other(self, other: Any) -> dict[str, Any]:
+        if isinstance(other, RemoteTable):
+            if other._session is not self._session:
+                raise ValidationError("both tables must come from the same session")
+            return other._plan
+        return {"public": _public(other)}
+
+    def _ask(self, query: dict[str, Any]) -> Any:
+        body = {"v": PLAN_VERSION, "table": self._plan, "query": query}
+        return self._session.request("POST", "/v1/query", body)["value"]
+
+    # ------------------------------------------------------------------ transformations
+    def where(self, f: Any) -> RemoteTable:
+        """Records for which the row-wise predicate holds (``ibis._.age > 40``)."""
+        return self._step({"op": "where", "pred": self._expr(f, "where")})
+
+    def select(self, f: Any = None, /, **named: Any) -> RemoteTable:
+        """One output record per record: ``select(f)`` (column ``value``) or ``select(a=f, ...)``."""
+        if f is not None and named:
+            raise ValidationError("select: give either one expression or named ones, not both")
+        exprs = {"value": f} if f is not None else named
+        if not exprs:
+            raise ValidationError("select: give at least one output column")
+        return self._step({"op": "select", "exprs": {k: self._expr(v, f"select({k}=...)")
+                                                     for k, v in exprs.items()}})
+
+    def select_many(self, k: int, f: Any, columns: Sequence[str] | None = None) -> RemoteTable:
+        """Flat-map: at most ``k`` outputs per record from the array expression ``f``."""
+        return self._step({"op": "select_many", "k": k,
+                           "f": self._expr(f, "select_many", column_ok=False),
+                           "columns": None if columns is None else list(columns)})
+
+    def group_by(self, key: Any, **aggs: tuple[str, str]) -> RemoteTable:
+        """One record per group (PINQ; stability 2): key column(s) or a key expression."""
+        k = list(key) if isinstance(key, (list, tuple)) else (
+            key if isinstance(key, str) else self._expr(key, "group_by"))
+        return self._step({"op": "group_by", "key": k,
+                           "aggs": {n: list(v) for n, v in aggs.items()}})
+
+    def distinct(self) -> RemoteTable:
+        """Distinct records."""
+        return self._step({"op": "distinct"})
+
+    def take(self, n: int) -> RemoteTable:
+        """The first ``n`` records (stability 2)."""
+        return self._step({"op": "take", "n": n})
+
+    def skip(self, n: int) -> RemoteTable:
+        """All but the first ``n`` records (stability 2)."""
+        return self._step({"op": "skip", "n": n})
+
+    def partition(self, keys: Iterable[Hashable], f: Any) -> dict[Hashable, RemoteTable]:
+        """The parts of ``f`` (a column or a key expression) for the explicit public ``keys``."""
+        klist = [_py(k) for k in keys]
+        by = self._expr(f, "partition")
+        return {k: self._step({"op": "partition", "keys": klist, "by": by, "part": k})
+                for k in klist}
+
+    def concat(self, other: Any) -> RemoteTable:
+        """Multiset union with another table of the session or a public DataFrame."""
+        return self._step({"op": "concat", "other": self._other(other)})
+
+    def union(self, other: Any) -> RemoteTable:
+        """Set union (PINQ)."""
+        return self._step({"op": "union", "other": self._other(other)})
+
+    def intersect(self, other: Any) -> RemoteTable:
+        """Distinct records present in both (PINQ)."""
+        return self._step({"op": "intersect", "other": self._other(other)})
+
+    def except_(self, other: Any) -> RemoteTable:
+        """Distinct records of self absent from other (PINQ)."""
+        return self._step({"op": "except_", "other": self._other(other)})
+
+    def join(self, other: Any, bound: int | tuple[int, int], on: str | list[str],
+             right_on: str | list[str] | None = None) -> RemoteTable:
+        """Bounded equi-join (PINQ)."""
+        return self._step({"op": "join", "other": self._other(other),
+                           "bound": list(bound) if isinstance(bound, tuple) else bound,
+                           "on": on, "right_on": right_on})
+
+    def product(self, public: pd.DataFrame) -> RemoteTable:
+        """Product with a public table (ProPer)."""
+        return self._step({"op": "product", "public": _public(public)})
+
+    def join_public(self, public: pd.DataFrame, on: str | list[str],
+                    right_on: str | list[str] | None = None) -> RemoteTable:
+        """Equi-join with a public table (ProPer)."""
+        return self._step({"op": "join_public", "public": _public(public), "on": on,
+                           "right_on": right_on})
+
+    def exclude(self, public: pd.DataFrame, on: list[str] | None = None) -> RemoteTable:
+        """Remove the records listed in a public table (ProPer)."""
+        return self._step({"op": "exclude", "public": _public(public), "on": on})
+
+    def as_pinq(self, eps: float) -> RemoteTable:
+        """ProPer -> PINQ at ε. The service is stateless between requests, so every query on
+        the result charges the involved people ε again (conservative)."""
+        return self._step({"op": "as_pinq", "eps": eps})
+
+    # ------------------------------------------------------------------ aggregations
+    def noisy_count(self, eps: float) -> float:
+        """|T| + Lap(1/ε)."""
+        return float(self._ask({"op": "noisy_count", "eps": eps}))
+
+    def noisy_sum(self, eps: float, f: Any = None, lo: float = -1.0, hi: float = 1.0) -> float:
+        """Σ clamp(f(x), lo, hi) + Lap(max(|lo|, |hi|)/ε)."""
+        return float(self._ask({"op": "noisy_sum", "eps": eps, "f": self._expr(f, "f"),
+                                "lo": lo, "hi": hi}))
+
+    def noisy_average(self, eps: float, f: Any = None, lo: float = -1.0,
+                      hi: float = 1.0) -> float:
+        """Noisy average of clamp(f(x), lo, hi)."""
+        return float(self._ask({"op": "noisy_average", "eps": eps, "f": self._expr(f, "f"),
+                                "lo": lo, "hi": hi}))
+
+    def noisy_order_statistic(self, eps: float, frac: float, f: Any = None, lo: float = 0.0,
+                              hi: float = 1.0) -> float:
+        """Exponential-mechanism ``frac``-quantile of clamp(f(x), lo, hi)."""
+        return float(self._ask({"op": "noisy_order_statistic", "eps": eps, "frac": frac,
+                                "f": self._expr(f, "f"), "lo": lo, "hi": hi}))
+
+    def noisy_median(self, eps: float, f: Any = None, lo: float = 0.0, hi: float = 1.0,
+                     **options: Any) -> float:
+        """The table's noisy median (``options`` are passed to its ``noisy_median``)."""
+        opts = {k: ([_py(x) for x in v] if isinstance(v, (list, tuple)) else _py(v))
+                for k, v in options.items()}
+        return float(self._ask({"op": "noisy_median", "eps": eps, "f": self._expr(f, "f"),
+                                "lo": lo, "hi": hi, "options": opts}))
+
+    def exponential_mechanism(self, eps: float, candidates: Sequence[Any],
+                              score: Callable[[Any, Any], Any]) -> Any:
+        """A candidate r with probability ∝ exp(ε·Σ_x clamp(score(x, r), 0, 1)); ``score(t, c)``
+        returns a row-wise expression on the table ``t`` for the public candidate ``c``."""
+        if isinstance(candidates, (str, bytes)) or not isinstance(candidates, Sequence):
+            raise ValidationError("candidates must be a list (or tuple) of public candidates")
+        cands = [_py(c) for c in candidates]
+        scores = [self._expr(lambda t, c=c: score(t, c), f"score(candidate {i})",
+                             column_ok=False) for i, c in enumerate(cands)]
+        return self._ask({"op": "exponential_mechanism", "eps": eps, "candidates": cands,
+                          "scores": scores})
+
+    # ------------------------------------------------------------------ budget
+    def remaining_budget(self) -> float | list[float]:
+        """The remaining PINQ budget of this analyst on the table's source(s). ProPer budgets
+        are personal and never revealed (the service refuses)."""
+        return self._session.request("POST", "/v1/budget",
+                                     {"v": PLAN_VERSION, "table": self._plan})["remaining"]
+
+    def release(self, *a: Any, **k: Any) -> Any:
+        """Not available remotely yet (d_X releases need the design on the service)."""
+        raise UnsupportedOperationError("release() is not available on a remote table yet")
+
+    def __repr__(self) -> str:
+        return f"RemoteTable({self._plan['source']!r}, kind={self.kind!r}, " \
+               f"steps={len(self._plan['steps'])})"

@@ -1,0 +1,171 @@
+"""The HTTP API of ``dprivacy serve`` (FastAPI).
+
+Every endpoint but ``/v1/health`` needs ``Authorization: Bearer <key>`` (401 without a valid key;
+403 for a source the analyst may not use). Errors are one JSON line
+``{"error": "<class>", "message": "<one line>"}`` whose text depends only on the request.
+
+``GET  /v1/health``           liveness (no key needed)
+``GET  /v1/sources``          the sources this analyst may query, with their kind
+``GET  /v1/sources/{name}``   a source's public schema and kind
+``POST /v1/schema``           ``{"v": 1, "table": ...}`` -> the public schema of a derived table
+``POST /v1/budget``           ``{"v": 1, "table": ...}`` -> the analyst's remaining PINQ budget
+``POST /v1/query``            ``{"v": 1, "table": ..., "query": ...}`` -> ``{"value": ...}``,
+                              released at the query's deadline (:mod:`dprivacy.service.runner`)
+
+No endpoint returns records, per-person budgets or the ledger. Request bodies larger than the
+configured cap are refused while they are read (413), before any parsing.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from dprivacy.errors import BudgetExceededError, DPrivacyError, UnsupportedOperationError
+from dprivacy.service.auth import authenticate
+from dprivacy.service.config import AnalystConfig, ServiceConfig
+from dprivacy.service.plan import Plan, parse_plan, parse_table_request
+from dprivacy.service.runner import Runner
+
+__all__ = ["create_app"]
+
+_MAX_MSG = 400
+
+
+class _Refusal(Exception):
+    def __init__(self, status: int, error: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.error, self.message = status, error, message
+
+
+def one_line(msg: str) -> str:
+    """``msg`` on one line, at most 400 characters."""
+    s = " ".join(str(msg).split())
+    return s if len(s) <= _MAX_MSG else s[: _MAX_MSG - 3] + "..."
+
+
+def _status(exc: DPrivacyError) -> int:
+    if isinstance(exc, BudgetExceededError):
+        return 409
+    if isinstance(exc, UnsupportedOperationError) and not isinstance(exc, ValueError):
+        return 422
+    return 400
+
+
+def _json_value(v: Any) -> Any:
+    if hasattr(v, "item"):  # numpy scalars
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def create_app(cfg: ServiceConfig, runner: Runner | None = None) -> Any:
+    """The FastAPI application serving ``cfg`` (opens every source and ledger now).
+
+    Parameters:
+        cfg: the configuration (see :mod:`dprivacy.service.config`).
+        runner: an existing :class:`~dprivacy.service.runner.Runner` (tests); None builds one.
+    """
+    run = runner if runner is not None else Runner(cfg)
+    app = FastAPI(title="dprivacy", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.runner = run
+
+    @app.exception_handler(_Refusal)
+    async def _refused(request: Request, exc: _Refusal) -> JSONResponse:
+        return JSONResponse({"error": exc.error, "message": one_line(exc.message)},
+                            status_code=exc.status)
+
+    def who(request: Request) -> AnalystConfig:
+        a = authenticate(request.headers.get("authorization"), cfg.analysts)
+        if a is None:
+            raise _Refusal(401, "AuthenticationError", "a valid key is required "
+                           "(Authorization: Bearer <key>)")
+        return a
+
+    def allowed(a: AnalystConfig, names: Any) -> None:
+        for n in sorted(names):
+            if not a.may_use(n):
+                raise _Refusal(403, "PermissionError", f"analyst {a.name!r} may not query "
+                               f"source {n!r}")
+
+    async def body(request: Request) -> bytes:
+        cap = cfg.max_body_bytes
+        cl = request.headers.get("content-length")
+        if cl is not None and (not cl.isdigit() or int(cl) > cap):
+            raise _Refusal(413, "ValidationError", f"the request is larger than {cap} bytes")
+        buf = bytearray()
+        async for chunk in request.stream():
+            buf += chunk
+            if len(buf) > cap:
+                raise _Refusal(413, "ValidationError", f"the request is larger than {cap} bytes")
+        return bytes(buf)
+
+    def parsed(raw: bytes, parse: Any) -> Plan:
+        try:
+            return parse(raw, cfg)
+        except LookupError as exc:
+            raise _Refusal(404, "LookupError", f"no source {str(exc.args[0])[:64]!r}") from None
+        except DPrivacyError as exc:
+            raise _Refusal(400, type(exc).__name__, str(exc)) from None
+
+    def refusal(exc: DPrivacyError) -> _Refusal:
+        return _Refusal(_status(exc), type(exc).__name__, str(exc))
+
+    @app.get("/v1/health")
+    async def health() -> dict[str, Any]:
+        return {"ok": True}
+
+    @app.get("/v1/sources")
+    async def sources(request: Request) -> dict[str, Any]:
+        a = who(request)
+        return {"sources": [{"name": s.name, "kind": s.kind} for s in cfg.sources
+                            if a.may_use(s.name)]}
+
+    @app.get("/v1/sources/{name}")
+    async def source(name: str, request: Request) -> dict[str, Any]:
+        a = who(request)
+        src = cfg.source(name)
+        if src is None:
+            raise _Refusal(404, "LookupError", f"no source {name[:64]!r}")
+        allowed(a, {name})
+        plan = Plan({"source": name, "steps": []}, None, frozenset({name}))
+        return {"name": name, "kind": src.kind, "schema": await run.schema(plan)}
+
+    @app.post("/v1/schema")
+    async def schema(request: Request) -> dict[str, Any]:
+        a = who(request)
+        plan = parsed(await body(request), parse_table_request)
+        allowed(a, plan.sources)
+        try:
+            return {"schema": await run.schema(plan)}
+        except DPrivacyError as exc:
+            raise refusal(exc) from None
+
+    @app.post("/v1/budget")
+    async def budget(request: Request) -> dict[str, Any]:
+        a = who(request)
+        plan = parsed(await body(request), parse_table_request)
+        allowed(a, plan.sources)
+        try:
+            return {"remaining": await run.budget(a.name, plan)}
+        except DPrivacyError as exc:
+            raise refusal(exc) from None
+
+    @app.post("/v1/query")
+    async def query(request: Request) -> dict[str, Any]:
+        arrived = time.monotonic()
+        a = who(request)
+        plan = parsed(await body(request), parse_plan)
+        allowed(a, plan.sources)
+        deadline = arrived + cfg.deadline_seconds(set(plan.sources))
+        out = await run.query(a.name, plan, deadline)
+        if out.error is not None:
+            raise refusal(out.error)
+        return {"value": _json_value(out.value)}
+
+    return app

@@ -1,0 +1,236 @@
+"""The service's configuration: one TOML file naming the sources, the analysts and the limits.
+
+Example (``service.toml``; paths are relative to the file)::
+
+    [service]
+    state_dir = "state"        # durable budgets (default: "<config name>.state" beside it)
+    query_seconds = 1.0        # every answer is released this long after its request arrived
+    max_body_bytes = 65536     # larger requests are refused before they are parsed
+    max_plan_steps = 32        # transformations per table in a plan
+    max_expr_nodes = 500       # operations in one expression, after expansion
+    max_growth = 16            # how much longer than the record's own data a value may get
+
+    [[source]]
+    name = "people"            # what analysts ask for
+    path = "people.parquet"    # Parquet, CSV, or a DuckDB database (then give `table`)
+    kind = "proper"            # or "pinq"
+    id = "pid"                 # ProPer: the identity column
+    budget = 1.0               # PINQ: each analyst's budget; ProPer: default personal budget
+    # budget_column = "eps"    # ProPer: personal budgets from a column
+    # query_seconds = 2.0      # this source's own deadline (the largest in a plan applies)
+
+    [[analyst]]
+    name = "alice"
+    key_sha256 = "<hex>"       # sha256 of the key, never the key itself
+    # sources = ["people"]     # default: every source
+
+Unknown keys are refused (a typo must not silently fall back to a default), and so is a
+``key`` field in an analyst: the service stores only the SHA-256 of each key.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dprivacy.errors import ConfigError
+
+__all__ = ["SourceConfig", "AnalystConfig", "ServiceConfig", "load_config", "parse_config"]
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+_HEX = re.compile(r"^[0-9a-f]{64}$")
+_MAX_FILE = 1 << 20
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    """One protected source (see the module doc)."""
+
+    name: str
+    path: Path
+    kind: str
+    budget: float | None
+    id: str | None = None
+    budget_column: str | None = None
+    table: str | None = None
+    query_seconds: float | None = None
+
+    @property
+    def format(self) -> str:
+        """``"parquet"``, ``"csv"`` or ``"duckdb"`` (from the file name)."""
+        suffix = self.path.suffix.lower()
+        if suffix in (".csv", ".tsv"):
+            return "csv"
+        if suffix in (".duckdb", ".db", ".ddb"):
+            return "duckdb"
+        return "parquet"
+
+
+@dataclass(frozen=True)
+class AnalystConfig:
+    """One analyst: a name, the SHA-256 of their key, the sources they may query."""
+
+    name: str
+    key_sha256: str
+    sources: tuple[str, ...] | None = None
+
+    def may_use(self, source: str) -> bool:
+        """Whether the analyst may query ``source``."""
+        return self.sources is None or source in self.sources
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """The whole configuration (see the module doc for the keys and their defaults)."""
+
+    sources: tuple[SourceConfig, ...]
+    analysts: tuple[AnalystConfig, ...]
+    state_dir: Path
+    query_seconds: float = 1.0
+    max_body_bytes: int = 65536
+    max_plan_steps: int = 32
+    max_expr_nodes: int = 500
+    max_growth: float = 16.0
+    max_public_rows: int = 1000
+    max_candidates: int = 1000
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def source(self, name: str) -> SourceConfig | None:
+        """The source called ``name`` (None if there is none)."""
+        return next((s for s in self.sources if s.name == name), None)
+
+    def deadline_seconds(self, names: set[str]) -> float:
+        """The per-query time of a plan over the sources ``names`` (the largest applies)."""
+        vals = [self.query_seconds] + [s.query_seconds for s in self.sources
+                                       if s.name in names and s.query_seconds is not None]
+        return max(vals)
+
+
+def _take(d: dict[str, Any], allowed: dict[str, type | tuple[type, ...]], where: str) -> None:
+    for k, v in d.items():
+        if k not in allowed:
+            hint = " (store key_sha256, the SHA-256 of the key, never the key)" if k == "key" else ""
+            raise ConfigError(f"{where}: unknown key {k!r}{hint}; allowed: {sorted(allowed)}")
+        if not isinstance(v, allowed[k]) or isinstance(v, bool) and allowed[k] is not bool:
+            raise ConfigError(f"{where}: {k} has the wrong type ({type(v).__name__})")
+
+
+def _positive(x: Any, what: str, *, integer: bool = False) -> Any:
+    v = float(x)
+    if not math.isfinite(v) or v <= 0 or (integer and v != int(v)):
+        raise ConfigError(f"{what} = {x!r}: expected a positive {'integer' if integer else 'number'}")
+    return int(v) if integer else v
+
+
+def parse_config(doc: dict[str, Any], base: Path, default_state: Path) -> ServiceConfig:
+    """A :class:`ServiceConfig` from a parsed TOML document (paths relative to ``base``)."""
+    _take(doc, {"service": dict, "source": list, "analyst": list}, "config")
+    svc = doc.get("service", {})
+    num = (int, float)
+    _take(svc, {"state_dir": str, "query_seconds": num, "max_body_bytes": int,
+                "max_plan_steps": int, "max_expr_nodes": int, "max_growth": num,
+                "max_public_rows": int, "max_candidates": int}, "[service]")
+    sources: list[SourceConfig] = []
+    for i, s in enumerate(doc.get("source", [])):
+        where = f"[[source]] #{i + 1}"
+        if not isinstance(s, dict):
+            raise ConfigError(f"{where}: expected a table")
+        _take(s, {"name": str, "path": str, "kind": str, "id": str, "budget": num,
+                  "budget_column": str, "table": str, "query_seconds": num}, where)
+        for k in ("name", "path", "kind"):
+            if k not in s:
+                raise ConfigError(f"{where}: {k} is required")
+        if not _NAME.match(s["name"]):
+            raise ConfigError(f"{where}: name {s['name']!r}: letters, digits, _ . - (64 at most)")
+        if any(x.name == s["name"] for x in sources):
+            raise ConfigError(f"{where}: the source name {s['name']!r} is used twice")
+        if s["kind"] not in ("pinq", "proper"):
+            raise ConfigError(f"{where}: kind {s['kind']!r}: expected 'pinq' or 'proper'")
+        budget = s.get("budget")
+        if budget is not None:
+            b = float(budget)
+            if not math.isfinite(b) or b < 0:
+                raise ConfigError(f"{where}: budget {budget!r}: a finite number >= 0")
+        if s["kind"] == "pinq":
+            if budget is None:
+                raise ConfigError(f"{where}: a PINQ source needs budget (each analyst's budget)")
+            if "id" in s or "budget_column" in s:
+                raise ConfigError(f"{where}: id and budget_column are for ProPer sources")
+        else:
+            if "id" not in s:
+                raise ConfigError(f"{where}: a ProPer source needs id (the stable identity column)")
+            if (budget is None) == ("budget_column" not in s):
+                raise ConfigError(f"{where}: give exactly one of budget and budget_column")
+        qs = s.get("query_seconds")
+        src = SourceConfig(
+            name=s["name"], path=(base / s["path"]).resolve(), kind=s["kind"],
+            budget=None if budget is None else float(budget), id=s.get("id"),
+            budget_column=s.get("budget_column"), table=s.get("table"),
+            query_seconds=None if qs is None else _positive(qs, f"{where}: query_seconds"))
+        if src.format == "duckdb" and src.table is None:
+            raise ConfigError(f"{where}: a DuckDB database needs table (the table's name)")
+        sources.append(src)
+    if not sources:
+        raise ConfigError("config: no [[source]]")
+    analysts: list[AnalystConfig] = []
+    for i, a in enumerate(doc.get("analyst", [])):
+        where = f"[[analyst]] #{i + 1}"
+        if not isinstance(a, dict):
+            raise ConfigError(f"{where}: expected a table")
+        _take(a, {"name": str, "key_sha256": str, "sources": list}, where)
+        if "name" not in a or "key_sha256" not in a:
+            raise ConfigError(f"{where}: name and key_sha256 are required")
+        if not _NAME.match(a["name"]):
+            raise ConfigError(f"{where}: name {a['name']!r}: letters, digits, _ . - (64 at most)")
+        if not _HEX.match(a["key_sha256"].lower()):
+            raise ConfigError(f"{where}: key_sha256 must be 64 hexadecimal digits")
+        if any(x.name == a["name"] for x in analysts):
+            raise ConfigError(f"{where}: the analyst name {a['name']!r} is used twice")
+        srcs = a.get("sources")
+        if srcs is not None:
+            unknown = [x for x in srcs if not any(s.name == x for s in sources)]
+            if unknown:
+                raise ConfigError(f"{where}: unknown sources {unknown}")
+        analysts.append(AnalystConfig(a["name"], a["key_sha256"].lower(),
+                                      None if srcs is None else tuple(srcs)))
+    if not analysts:
+        raise ConfigError("config: no [[analyst]]")
+    state = Path(svc["state_dir"]) if "state_dir" in svc else default_state
+    return ServiceConfig(
+        sources=tuple(sources), analysts=tuple(analysts),
+        state_dir=(base / state).resolve(),
+        query_seconds=_positive(svc.get("query_seconds", 1.0), "query_seconds"),
+        max_body_bytes=_positive(svc.get("max_body_bytes", 65536), "max_body_bytes", integer=True),
+        max_plan_steps=_positive(svc.get("max_plan_steps", 32), "max_plan_steps", integer=True),
+        max_expr_nodes=_positive(svc.get("max_expr_nodes", 500), "max_expr_nodes", integer=True),
+        max_growth=_positive(svc.get("max_growth", 16.0), "max_growth"),
+        max_public_rows=_positive(svc.get("max_public_rows", 1000), "max_public_rows",
+                                  integer=True),
+        max_candidates=_positive(svc.get("max_candidates", 1000), "max_candidates", integer=True),
+    )
+
+
+def load_config(path: str | os.PathLike) -> ServiceConfig:
+    """Read and check the TOML configuration at ``path``.
+
+    Raises:
+        ConfigError: unreadable, too large (1 MiB), not TOML, or an invalid setting.
+    """
+    p = Path(path)
+    try:
+        with open(p, "rb") as fh:
+            raw = fh.read(_MAX_FILE + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read the config {p}: {exc.strerror or exc}") from None
+    if len(raw) > _MAX_FILE:
+        raise ConfigError(f"the config {p} is larger than {_MAX_FILE} bytes")
+    try:
+        doc = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"the config {p} is not valid TOML: {exc}") from None
+    return parse_config(doc, p.resolve().parent, Path(p.stem + ".state"))

@@ -1,0 +1,177 @@
+"""Predictable time (Fuzz, Haeberlen et al., USENIX Security 2011): every answer is released at a
+deadline fixed from public facts.
+
+A query's deadline is its arrival time plus the configured per-query time of the sources its
+plan reads (:meth:`ServiceConfig.deadline_seconds`). For every query the service runs the same
+statements: the plan on the empty shadow sources (the *default answer*: the same query on an
+empty table, pure noise, charged to nobody) and the plan on the real sources (checked, charged,
+then computed), one at a time in the owner's thread. At the deadline it answers:
+
+* the real answer if it is ready, or the refusal it raised before any charge
+  (:class:`~dprivacy.errors.DPrivacyError`: bad plan, PINQ budget exceeded; these depend on the
+  plan and the analyst's own spending only);
+* otherwise the default answer: an overrun query is interrupted (its charge, if committed,
+  stands), and a query that had not started yet is skipped;
+* any other exception raised while running (which the tables never raise because of the data)
+  is also answered by the default, so no exception can tell records apart.
+
+The response is held until the deadline whatever happened, so its time depends on the
+configuration and the plan only. What remains: a query that overruns gives the default answer,
+whose distribution differs from the real one, so a deadline must exceed the longest time a plan
+can take on the data (the per-row cost of expressions is bounded by the plan validator for this
+reason), including the wait behind other analysts' queries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from dprivacy.errors import DPrivacyError
+from dprivacy.service.config import ServiceConfig
+from dprivacy.service.execute import Builder, run_query, schema_of
+from dprivacy.service.plan import Plan
+from dprivacy.service.sources import Owner, Shadows, pinq_record, refuse_personal
+
+__all__ = ["Runner", "Outcome"]
+
+log = logging.getLogger("dprivacy.service")
+
+
+@dataclass
+class Outcome:
+    """A query's result: ``value`` or a refusal ``error``; ``default`` if the default was used
+    (never shown to the analyst)."""
+
+    value: Any = None
+    error: DPrivacyError | None = None
+    default: bool = False
+
+
+class _Job:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.state = "queued"  # queued -> running -> done, or queued -> skipped
+
+
+class Runner:
+    """The owner's threads: one runs real queries (the engine and the ledgers), one the shadows,
+    one reads PINQ budgets (never waits behind a query)."""
+
+    def __init__(self, cfg: ServiceConfig) -> None:
+        self.cfg = cfg
+        self._main = ThreadPoolExecutor(1, thread_name_prefix="dp-owner")
+        self._shadow = ThreadPoolExecutor(1, thread_name_prefix="dp-shadow")
+        self._reader = ThreadPoolExecutor(1, thread_name_prefix="dp-budget")
+        self.owner: Owner = self._main.submit(Owner, cfg).result()
+        schemas = {n: t.schema() for n, t in self.owner.raw.items()}
+        self.shadows: Shadows = self._shadow.submit(Shadows, cfg, schemas).result()
+        self._ledger: Any = self._reader.submit(self._open_reader).result()
+        self._cache: dict[str, OrderedDict[str, Any]] = {}
+        self.overruns = 0
+
+    def _open_reader(self) -> Any:
+        from dprivacy.tables import Ledger
+
+        return Ledger(self.cfg.state_dir / "pinq.sqlite")
+
+    def close(self) -> None:
+        """Stop the threads (queries in flight finish first)."""
+        for ex in (self._main, self._shadow, self._reader):
+            ex.shutdown(wait=True)
+
+    # ------------------------------------------------------------------ work in the threads
+    def _real(self, analyst: str, plan: Plan, job: _Job) -> Outcome:
+        with job.lock:
+            if job.state == "skipped":
+                return Outcome(default=True)
+            job.state = "running"
+        try:
+            cache = self._cache.setdefault(analyst, OrderedDict())
+            t = Builder(lambda s: self.owner.table(s, analyst), cache).table(plan.table)
+            assert plan.query is not None
+            return Outcome(value=run_query(t, plan.query))
+        except DPrivacyError as exc:
+            return Outcome(error=exc)
+        except BaseException as exc:  # noqa: BLE001 - answered by the default, logged for the owner
+            if not isinstance(exc, Exception):
+                raise
+            log.warning("query failed after its checks (answered by the default): %s",
+                        type(exc).__name__)
+            return Outcome(default=True)
+        finally:
+            with job.lock:
+                job.state = "done"
+
+    def _default(self, plan: Plan) -> Outcome:
+        try:
+            t = Builder(self.shadows.table).table(plan.table)
+            assert plan.query is not None
+            return Outcome(value=run_query(t, plan.query), default=True)
+        except DPrivacyError as exc:
+            return Outcome(error=exc, default=True)
+
+    def _schema(self, plan: Plan) -> list[list[str]]:
+        return schema_of(Builder(self.shadows.table).table(plan.table))
+
+    def _budget(self, analyst: str, plan: Plan) -> Any:
+        names: list[str] = []
+
+        def walk(t: dict[str, Any]) -> None:
+            if "source" in t:
+                if t["source"] not in names:
+                    names.append(t["source"])
+                for s in t["steps"]:
+                    if isinstance(s.get("other"), dict):
+                        walk(s["other"])
+
+        walk(plan.table)
+        vals = []
+        for n in names:
+            src = self.cfg.source(n)
+            assert src is not None
+            if src.kind != "pinq":
+                raise refuse_personal()
+            rid = self._ledger.named_record(f"pinq:{pinq_record(n, analyst)}", None)
+            vals.append(float(self._ledger.remaining([rid])[0]))
+        return vals[0] if len(vals) == 1 else vals
+
+    # ------------------------------------------------------------------ async entry points
+    async def query(self, analyst: str, plan: Plan, deadline: float) -> Outcome:
+        """Run ``plan``'s query; returns at ``deadline`` (``time.monotonic()`` seconds)."""
+        loop = asyncio.get_running_loop()
+        job = _Job()
+        dflt = loop.run_in_executor(self._shadow, self._default, plan)
+        real = loop.run_in_executor(self._main, self._real, analyst, plan, job)
+        out: Outcome
+        try:
+            out = await asyncio.wait_for(asyncio.shield(real),
+                                         timeout=max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            with job.lock:
+                running = job.state == "running"
+                if job.state == "queued":
+                    job.state = "skipped"
+            if running:
+                self.owner.interrupt()
+            self.overruns += 1
+            out = Outcome(default=True)
+        if out.default:
+            out = await dflt
+        await asyncio.sleep(max(0.0, deadline - time.monotonic()))
+        return out
+
+    async def schema(self, plan: Plan) -> list[list[str]]:
+        """The public schema of the plan's table (computed on the shadows)."""
+        return await asyncio.get_running_loop().run_in_executor(self._shadow, self._schema, plan)
+
+    async def budget(self, analyst: str, plan: Plan) -> Any:
+        """The analyst's remaining PINQ budget(s) of the plan's sources."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._reader, self._budget, analyst, plan)

@@ -1,0 +1,79 @@
+"""Running the service: ``dprivacy serve --config service.toml --host 127.0.0.1 --port 8765``
+(:func:`register` adds the command to the ``dprivacy`` CLI), or :class:`ServiceThread` in a
+background thread (tests, benchmarks, notebooks)."""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import threading
+import time
+from typing import Any
+
+from dprivacy.service.config import ServiceConfig, load_config
+
+__all__ = ["register", "ServiceThread"]
+
+
+class ServiceThread:
+    """uvicorn serving the service for ``cfg`` on ``host:port`` (0: a free port) in a daemon
+    thread; ``url``, ``stop()``."""
+
+    def __init__(self, cfg: ServiceConfig, host: str = "127.0.0.1", port: int = 0) -> None:
+        import uvicorn
+
+        from dprivacy.service.app import create_app
+
+        self.app = create_app(cfg)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((host, port))
+        self.url = f"http://{host}:{self.sock.getsockname()[1]}"
+        config = uvicorn.Config(self.app, log_level="warning", access_log=False)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
+                                       daemon=True)
+        self.thread.start()
+        t0 = time.monotonic()
+        while not self.server.started:
+            if time.monotonic() - t0 > 60 or not self.thread.is_alive():
+                raise RuntimeError("the service did not start")
+            time.sleep(0.02)
+
+    @property
+    def runner(self) -> Any:
+        """The service's :class:`~dprivacy.service.runner.Runner` (the owner's handle)."""
+        return self.app.state.runner
+
+    def stop(self) -> None:
+        """Stop serving and release the owner's threads."""
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+        self.sock.close()
+        self.runner.close()
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from dprivacy.service.app import create_app
+
+    cfg = load_config(args.config)
+    app = create_app(cfg)
+    print(f"dprivacy serve: {len(cfg.sources)} source(s), {len(cfg.analysts)} analyst(s), "
+          f"state in {cfg.state_dir}, on http://{args.host}:{args.port}", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add ``dprivacy serve`` to the CLI's subcommands."""
+    p = sub.add_parser(
+        "serve", help="serve protected tables to remote analysts (PINQ / ProPer)",
+        description="Serve protected tables to remote analysts: they send data-free query "
+                    "plans with a key, the service holds the data and every budget and releases "
+                    "each answer at a fixed deadline. See docs/service.md.")
+    p.add_argument("--config", required=True, help="the service's TOML configuration")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8765, help="port (default 8765)")
+    p.set_defaults(func=_serve)

@@ -1,0 +1,135 @@
+"""The data owner's side of the service: the sources, their engine and every budget.
+
+:class:`Owner` opens every configured source on ONE DuckDB connection (so that plans may join
+sources), and builds the protected tables with the public table API:
+
+* a PINQ source gives each analyst their own :class:`~dprivacy.tables.Queryable` whose budget
+  is the durable record ``pinq:<source>/<analyst>`` of the SQLite ledger ``pinq.sqlite`` in the
+  state directory (charged and committed before an answer is computed);
+* a ProPer source is ONE :class:`~dprivacy.tables.ProPerTable` shared by every analyst (personal
+  budgets belong to the people, POPL'15), its budgets in the DuckDB file ``proper-<source>.duckdb``.
+
+:class:`Shadows` holds an empty table with the same schema for each source: the plan run on it
+gives the public schema of a derived table and the documented default answer (the same query on
+an empty table: pure noise, charged to nobody).
+
+The SQLite ledger's connection belongs to the thread that opened it, so an Owner is built and
+used in one worker thread (see :mod:`dprivacy.service.runner`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from dprivacy.errors import ConfigError, DPrivacyError, UnsupportedOperationError
+from dprivacy.service.config import ServiceConfig, SourceConfig
+
+__all__ = ["Owner", "Shadows", "open_source"]
+
+_SHADOW_BUDGET = 1e6
+
+
+def open_source(con: Any, src: SourceConfig) -> Any:
+    """The Ibis table of ``src`` on the DuckDB connection ``con`` (nothing is read but the
+    schema)."""
+    if not src.path.exists():
+        raise ConfigError(f"source {src.name!r}: {src.path} does not exist")
+    name = f"src_{src.name.replace('.', '_').replace('-', '_')}"
+    try:
+        if src.format == "parquet":
+            return con.read_parquet(str(src.path), table_name=name)
+        if src.format == "csv":
+            return con.read_csv(str(src.path), table_name=name)
+        con.attach(str(src.path), name=f"db_{name}", read_only=True)
+        return con.table(str(src.table), database=f"db_{name}")
+    except DPrivacyError:
+        raise
+    except Exception as exc:
+        raise ConfigError(f"source {src.name!r}: cannot open {src.path}: "
+                          f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+
+
+class Owner:
+    """Sources, tables and budgets of the running service (see the module doc)."""
+
+    def __init__(self, cfg: ServiceConfig) -> None:
+        import ibis
+
+        from dprivacy.tables import Ledger
+
+        self.cfg = cfg
+        os.makedirs(cfg.state_dir, exist_ok=True)
+        self.con = ibis.duckdb.connect()
+        self.ledger = Ledger(cfg.state_dir / "pinq.sqlite")
+        self.raw: dict[str, Any] = {s.name: open_source(self.con, s) for s in cfg.sources}
+        self.pinq: dict[tuple[str, str], Any] = {}
+        self.proper: dict[str, Any] = {}
+        for s in cfg.sources:
+            try:
+                self._open(s)
+            except DPrivacyError as exc:
+                raise ConfigError(f"source {s.name!r}: {exc}") from None
+
+    def _open(self, s: SourceConfig) -> None:
+        from dprivacy.tables import ProPerTable, Queryable
+
+        if s.kind == "pinq":
+            for a in self.cfg.analysts:
+                if a.may_use(s.name):
+                    self.pinq[(s.name, a.name)] = Queryable(
+                        self.raw[s.name], s.budget, ledger=self.ledger,
+                        source=pinq_record(s.name, a.name), backend="duckdb")
+        else:
+            budget = s.budget_column if s.budget_column is not None else s.budget
+            assert budget is not None
+            self.proper[s.name] = ProPerTable(
+                self.raw[s.name], budget, ledger=str(self.cfg.state_dir / f"proper-{s.name}.duckdb"),
+                id_column=s.id, backend="duckdb")
+
+    def table(self, source: str, analyst: str) -> Any:
+        """The analyst's base table object of ``source``."""
+        if (source, analyst) in self.pinq:
+            return self.pinq[(source, analyst)]
+        return self.proper[source]
+
+    def interrupt(self) -> None:
+        """Interrupt the query running on the engine connection (an overrun)."""
+        self.con.con.interrupt()
+
+
+def pinq_record(source: str, analyst: str) -> str:
+    """The ledger name (without its ``pinq:`` prefix) of an analyst's budget on a PINQ source."""
+    return f"{source}/{analyst}"
+
+
+class Shadows:
+    """Empty tables with the sources' schemas (see the module doc)."""
+
+    def __init__(self, cfg: ServiceConfig, schemas: dict[str, Any]) -> None:
+        import ibis
+
+        from dprivacy.tables import ProPerTable
+
+        self.cfg = cfg
+        self.con = ibis.duckdb.connect()
+        self.empty = {n: self.con.create_table(f"shadow_{i}", schema=sch)
+                      for i, (n, sch) in enumerate(schemas.items())}
+        self.proper = {s.name: ProPerTable(self.empty[s.name], _SHADOW_BUDGET, id_column=s.id,
+                                           backend="duckdb")
+                       for s in cfg.sources if s.kind == "proper"}
+
+    def table(self, source: str) -> Any:
+        """A fresh empty table object for ``source`` (PINQ) or the shared empty ProPer one."""
+        from dprivacy.tables import Queryable
+
+        if source in self.proper:
+            return self.proper[source]
+        return Queryable(self.empty[source], _SHADOW_BUDGET, backend="duckdb")
+
+
+def refuse_personal() -> UnsupportedOperationError:
+    """The error for a budget request on a ProPer source."""
+    return UnsupportedOperationError(
+        "personal budgets are the data owner's: a ProPer source never reveals them (an exhausted "
+        "person's records are silently left out of answers)")
