@@ -34,6 +34,7 @@ from dprivacy.errors import (
     PrivacyViolationError,
 )
 from dprivacy.local import cli as local_cli
+from dprivacy.service import serve as service_cli
 
 DESCRIPTION = """Design, verify and apply d_X-private Laplace mechanisms.
 
@@ -43,6 +44,7 @@ DESCRIPTION = """Design, verify and apply d_X-private Laplace mechanisms.
   release    verify, charge a budget ledger, and write noisy answers (eq. (5))
   reproduce  the paper's experiments (from a source checkout)
   local      the local model (PreTPost): aggregator service, user agent, cost of a randomiser
+  serve      serve protected tables (PINQ / ProPer) to remote analysts holding a key
 
 Privacy condition checked before anything is written or released (Theorem 1):
 sum_k beta_k w_k |F_ki - F_kj| <= eps_ij for every constrained pair (i, j)."""
@@ -50,7 +52,7 @@ sum_k beta_k w_k |F_ki - F_kj| <= eps_ij for every constrained pair (i, j)."""
 #: ``register(subparsers)`` functions, one per subcommand, in the order --help lists them.
 COMMANDS: list[Callable[[argparse._SubParsersAction], object]] = [
     cmd_demo.register, cmd_design.register, cmd_verify.register, cmd_release.register,
-    cmd_reproduce.register, local_cli.register,
+    cmd_reproduce.register, local_cli.register, service_cli.register,
 ]
 
 

@@ -1,0 +1,88 @@
+"""Fixtures of the service tests: a small data directory, a TOML config, a running service."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+pytest.importorskip("httpx")
+
+from dprivacy.service.auth import key_sha256  # noqa: E402
+from dprivacy.service.config import load_config  # noqa: E402
+from dprivacy.service.serve import ServiceThread  # noqa: E402
+
+KEYS = {"alice": "alice-key-0123456789", "bob": "bob-key-9876543210"}
+SECRET = "SECRET-NAME-7f3a"  # a value of one record: must never appear in a response
+
+
+def people(n: int = 200, *, extra: dict[str, Any] | None = None) -> pd.DataFrame:
+    """pid, age, name, eps (personal budget column); record 3 holds SECRET."""
+    df = pd.DataFrame({"pid": np.arange(n, dtype=np.int64), "age": (np.arange(n) * 7) % 90,
+                       "name": [f"p{i}" for i in range(n)], "eps": np.full(n, 1.0)})
+    df.loc[3, "name"] = SECRET
+    if extra is not None:
+        df = pd.concat([df, pd.DataFrame([extra])], ignore_index=True)
+    return df
+
+
+def write_service(d: Path, ppl: pd.DataFrame, *, query_seconds: float = 0.25,
+                  service: str = "", bob_sources: str = '["visits"]') -> Path:
+    """Write people.parquet (ProPer, personal budgets from ``eps``), visits.parquet (PINQ,
+    budget 1.0) and service.toml into ``d``; returns the config path."""
+    d.mkdir(parents=True, exist_ok=True)
+    ppl.to_parquet(d / "people.parquet")
+    visits = pd.DataFrame({"age": ppl["age"].to_numpy(), "city": ["x", "y"] * (len(ppl) // 2)
+                           + ["x"] * (len(ppl) % 2)})
+    visits.to_parquet(d / "visits.parquet")
+    cfg = d / "service.toml"
+    cfg.write_text(f"""
+[service]
+query_seconds = {query_seconds}
+{service}
+
+[[source]]
+name = "people"
+path = "people.parquet"
+kind = "proper"
+id = "pid"
+budget_column = "eps"
+
+[[source]]
+name = "visits"
+path = "visits.parquet"
+kind = "pinq"
+budget = 1.0
+
+[[analyst]]
+name = "alice"
+key_sha256 = "{key_sha256(KEYS['alice'])}"
+
+[[analyst]]
+name = "bob"
+key_sha256 = "{key_sha256(KEYS['bob'])}"
+sources = {bob_sources}
+""")
+    return cfg
+
+
+@pytest.fixture
+def start(tmp_path: Path) -> Iterator[Callable[..., ServiceThread]]:
+    """``start(name, people_df, **kw)``: a running service on its own data directory."""
+    running: list[ServiceThread] = []
+
+    def _start(name: str = "svc", ppl: pd.DataFrame | None = None, **kw: Any) -> ServiceThread:
+        cfg = write_service(tmp_path / name, people() if ppl is None else ppl, **kw)
+        srv = ServiceThread(load_config(cfg))
+        running.append(srv)
+        return srv
+
+    yield _start
+    for srv in running:
+        srv.stop()
