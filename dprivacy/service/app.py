@@ -10,7 +10,8 @@ Every endpoint but ``/v1/health`` needs ``Authorization: Bearer <key>`` (401 wit
 ``POST /v1/schema``           ``{"v": 1, "table": ...}`` -> the public schema of a derived table
 ``POST /v1/budget``           ``{"v": 1, "table": ...}`` -> the analyst's remaining PINQ budget
 ``POST /v1/query``            ``{"v": 1, "table": ..., "query": ...}`` -> ``{"value": ...}``,
-                              released at the query's deadline (:mod:`dprivacy.service.runner`)
+                              released at the query's deadline (:mod:`dprivacy.service.runner`);
+                              a refused plan is answered at the default deadline too
 
 No endpoint returns records, per-person budgets or the ledger. Request bodies larger than the
 configured cap are refused while they are read (413), before any parsing.
@@ -18,6 +19,7 @@ configured cap are refused while they are read (413), before any parsing.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from typing import Any
@@ -160,8 +162,13 @@ def create_app(cfg: ServiceConfig, runner: Runner | None = None) -> Any:
     async def query(request: Request) -> dict[str, Any]:
         arrived = time.monotonic()
         a = who(request)
-        plan = parsed(await body(request), parse_plan)
-        allowed(a, plan.sources)
+        deadline = arrived + cfg.query_seconds
+        try:
+            plan = parsed(await body(request), parse_plan)
+            allowed(a, plan.sources)
+        except _Refusal:  # refusals, too, come at the (default) deadline
+            await asyncio.sleep(max(0.0, deadline - time.monotonic()))
+            raise
         deadline = arrived + cfg.deadline_seconds(set(plan.sources))
         out = await run.query(a.name, plan, deadline)
         if out.error is not None:

@@ -65,6 +65,7 @@ class Owner:
         self.raw: dict[str, Any] = {s.name: open_source(self.con, s) for s in cfg.sources}
         self.pinq: dict[tuple[str, str], Any] = {}
         self.proper: dict[str, Any] = {}
+        self.budgets: dict[str, Any] = {}  # ProPer budget tables: the owner's handles
         for s in cfg.sources:
             try:
                 self._open(s)
@@ -83,9 +84,12 @@ class Owner:
         else:
             budget = s.budget_column if s.budget_column is not None else s.budget
             assert budget is not None
-            self.proper[s.name] = ProPerTable(
-                self.raw[s.name], budget, ledger=str(self.cfg.state_dir / f"proper-{s.name}.duckdb"),
-                id_column=s.id, backend="duckdb")
+            from dprivacy.tables.engine import BudgetTable
+
+            self.budgets[s.name] = BudgetTable(self.cfg.state_dir / f"proper-{s.name}.duckdb")
+            self.proper[s.name] = ProPerTable(self.raw[s.name], budget,
+                                              ledger=self.budgets[s.name], id_column=s.id,
+                                              backend="duckdb")
 
     def table(self, source: str, analyst: str) -> Any:
         """The analyst's base table object of ``source``."""
