@@ -14,9 +14,9 @@ Each is ε-DP with respect to adding or removing one record (unbounded DP, PINQ 
 * sum: values clamped to [lo, hi]; Σ + Lap(max(|lo|, |hi|)/ε).
 * average: ε/2 on the sum of the centred clamped values (sensitivity (hi−lo)/2) and ε/2 on the
   count; the ratio is post-processing, clamped to [lo, hi] (sequential composition).
-* order statistic / median: the exponential mechanism over [lo, hi] with utility
-  u(z) = −|#{v < z} − q·n| (|Δu| ≤ 1 per record), density ∝ exp(ε·u(z)/2) (McSherry & Talwar
-  2007); the final point is uniform in the chosen interval, drawn from the secure source.
+* order statistic / median: the exponential mechanism over a finite, data-independent list of
+  candidates (given, or a grid over [lo, hi]) with OpenDP's exact rank-based quantile score and
+  an exact sampler (see :mod:`dprivacy.tables.quantiles`); the output is always a candidate.
 * exponential mechanism: per-record scores clamped to [0, 1] summed per candidate; adding a
   record raises every utility by a value in [0, 1] (a monotone utility), so P(r) ∝ exp(ε·u_r) is
   ε-DP (Dwork & Roth 2014, remark after Theorem 3.10).
@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from dprivacy.errors import ValidationError
+from dprivacy.tables import quantiles
 from dprivacy.tables.params import eps_arg, frac_arg, range_arg
 from dprivacy.tables.randomness import NoiseSource
 from dprivacy.tables.relation import Relation, ValueSpec
@@ -116,26 +117,23 @@ def average_plan(eps: Any, f: ValueSpec, lo: Any, hi: Any) -> tuple[float, Plan]
     return e, run
 
 
-def order_statistic_plan(eps: Any, frac: Any, f: ValueSpec, lo: Any, hi: Any
-                         ) -> tuple[float, Plan]:
-    """NoisyOrderStatistic: a point z of [lo, hi] with density ∝ exp(−ε·|#{v<z} − frac·n|/2)."""
+def order_statistic_plan(eps: Any, frac: Any, f: ValueSpec, lo: Any, hi: Any,
+                         candidates: Any = None) -> tuple[float, Plan]:
+    """NoisyOrderStatistic: one of the candidates, by the exponential mechanism with the
+    rank-based quantile score (see :mod:`dprivacy.tables.quantiles`)."""
     e = eps_arg(eps)
     q = frac_arg(frac)
-    a, b = range_arg(lo, hi)
+    cands, a, b = quantiles.candidates_arg(lo, hi, candidates)
+    num, den = quantiles.alpha(q)
+    scale = quantiles.score_scale(e, num, den)
 
     def run(rel: Relation, noise: NoiseSource) -> float:
-        v = np.sort(rel.clamped_values(f, a, b))
-        n = v.size
-        edges = np.concatenate(([a], v, [b]))
-        lengths = np.diff(edges)  # interval j has j values below it; the total is b - a > 0
-        util = -np.abs(np.arange(n + 1) - q * n)
-        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-            logw = np.log(lengths) + e * (util - util.max()) / 2
-        if not np.isfinite(logw).any():  # ε so large that only empty intervals survive
-            best = np.where(lengths > 0, util, -np.inf)
-            logw = np.where(best == best.max(), 0.0, -np.inf)
-        j = noise.choice(logw)
-        return float(min(max(edges[j] + noise.uniform() * lengths[j], a), b))
+        if cands.size == 1:
+            return float(cands[0])
+        lt, eq, n = rel.rank_counts(f, a, b, cands)
+        rng, _ = noise.release_rng()
+        k = quantiles.choose(quantiles.scores(lt, eq, n, num, den), scale, rng)
+        return float(cands[k])
 
     return e, run
 

@@ -410,6 +410,14 @@ class PandasRelation:
         s = float((v * 2.0**-64).sum()) * 2.0**64  # power-of-two scaling: no overflow inside
         return float(np.clip(s, -_SATURATE, _SATURATE))
 
+    def rank_counts(self, value: ValueSpec, lo: float, hi: float, candidates: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, int]:
+        from dprivacy.tables.quantiles import counts_from_sorted
+
+        v = self.clamped_values(value, lo, hi)
+        lt, eq = counts_from_sorted(v, candidates)
+        return lt, eq, int(v.size)
+
     def score_sums(self, score: Callable[[Any, Any], Any], candidates: Sequence[Any]
                    ) -> np.ndarray:
         return rowwise.score_sums(self.df, score, candidates)

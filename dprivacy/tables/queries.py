@@ -111,15 +111,25 @@ class NoisyQueries:
         return self._pay_then(e, plan)
 
     def noisy_order_statistic(self, eps: float, frac: float, f: ValueSpec | None = None,
-                              lo: float = 0.0, hi: float = 1.0) -> float:
-        """Exponential-mechanism ``frac``-quantile of clamp(f(x), lo, hi)."""
-        e, plan = agg.order_statistic_plan(eps, frac, self._value(f), lo, hi)
+                              lo: float | None = None, hi: float | None = None, *,
+                              candidates: Sequence[float] | int | None = None) -> float:
+        """The ``frac``-quantile of clamp(f(x), lo, hi), released as one of ``candidates``.
+
+        ``candidates``: None (default) for the grid of 1001 points ``numpy.linspace(lo, hi,
+        1001)`` (lo, hi default to 0, 1), an int for a grid of that many points, or a list of
+        numbers (lo, hi default to its smallest and largest). The output is always exactly one
+        of the candidates, chosen by the exponential mechanism with OpenDP's rank-based
+        quantile score and an exact sampler (ε-DP; see :mod:`dprivacy.tables.quantiles`), so
+        it is the same finite set whatever the records. ``frac`` is read as the nearest
+        fraction with denominator ≤ 10 000."""
+        e, plan = agg.order_statistic_plan(eps, frac, self._value(f), lo, hi, candidates)
         return self._pay_then(e, plan)
 
-    def noisy_median(self, eps: float, f: ValueSpec | None = None, lo: float = 0.0,
-                     hi: float = 1.0) -> float:
-        """``noisy_order_statistic(eps, 0.5, f, lo, hi)``."""
-        return self.noisy_order_statistic(eps, 0.5, f, lo, hi)
+    def noisy_median(self, eps: float, f: ValueSpec | None = None, lo: float | None = None,
+                     hi: float | None = None, *,
+                     candidates: Sequence[float] | int | None = None) -> float:
+        """``noisy_order_statistic(eps, 0.5, f, lo, hi, candidates=candidates)``."""
+        return self.noisy_order_statistic(eps, 0.5, f, lo, hi, candidates=candidates)
 
     def exponential_mechanism(self, eps: float, candidates: Sequence[Any],
                               score: Callable[[Any, Any], Any]) -> Any:

@@ -29,8 +29,8 @@ returns a value of the wrong type, NaN, ±inf or an over-large number on some re
 by a documented default for that record (see each method); arithmetic saturates instead of
 overflowing.
 
-**Exact aggregates** (``count``, ``clamped_sum``, ``clamped_values``, ``score_sums``,
-``group_counts``) return exact numbers to the driver, which adds noise. They are called only
+**Exact aggregates** (``count``, ``clamped_sum``, ``clamped_values``, ``rank_counts``,
+``score_sums``, ``group_counts``) return exact numbers to the driver, which adds noise. They are called only
 AFTER the query's charge has been committed (PINQ: the agents and the durable ledger; ProPer:
 :meth:`PersonalBudgets.pay`), and each is called once per answer, so re-running a lazy plan never
 redraws noise. ``id_multiplicities`` / ``id_key_counts`` are the exception: they compute the
@@ -228,6 +228,14 @@ class Relation(Protocol):
         """The per-record values clamped to [lo, hi] (same replacement rules as
         :meth:`clamped_sum`), as a float array in any order (for the median / order
         statistics). Call only after the charge is committed."""
+        ...
+
+    def rank_counts(self, value: ValueSpec, lo: float, hi: float, candidates: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, int]:
+        """For the sorted, distinct public ``candidates``: (#{v < c}, #{v = c}) per candidate
+        (int64 arrays) and the number of records n, with v the clamped values (same rules as
+        :meth:`clamped_sum`); exact, computed in the engine (the noisy order statistics). Call
+        only after the charge is committed."""
         ...
 
     def score_sums(self, score: Callable[[Any, Any], Any] | RowFn,

@@ -43,16 +43,22 @@ def test_noisy_average_is_consistent_and_in_range():
 
 
 def test_noisy_median_follows_the_exponential_mechanism_density():
-    """Empirical interval frequencies match P(j) ∝ len_j · exp(−ε|j − n/2|/2) (chi-square)."""
+    """Empirical candidate frequencies match P(c) ∝ exp(−ε·|2·#{v<c} − (n − #{v=c})|/2), the
+    rank-based median score (Δ = 1), on the grid of 11 points (chi-square)."""
     vals = np.array([0.1, 0.2, 0.45, 0.5, 0.8])
     t = Queryable(pd.DataFrame({"x": vals}), budget=1e9, noise_seed=3)
     eps = 2.0
-    z = np.array([t.noisy_median(eps, "x", 0, 1) for _ in range(R)])
-    edges = np.concatenate(([0], vals, [1]))
-    w = np.diff(edges) * np.exp(-eps * np.abs(np.arange(6) - 2.5) / 2)
+    z = np.array([t.noisy_median(eps, "x", 0, 1, candidates=11) for _ in range(R)])
+    cands = np.linspace(0, 1, 11)
+    assert set(z.tolist()) <= set(cands.tolist())
+    score = np.array([abs(2 * (vals < c).sum() - (5 - (vals == c).sum())) for c in cands])
+    w = np.exp(-eps * score / 2)
     expected = R * w / w.sum()
-    observed = np.histogram(z, bins=edges)[0]
-    assert stats.chisquare(observed, expected).pvalue > 1e-3
+    observed = np.array([(z == c).sum() for c in cands])
+    keep = expected > 5  # chi-square needs populated cells; the rest must be (nearly) empty
+    assert observed[~keep].sum() <= 5 + 3 * np.sqrt(expected[~keep].sum() + 1)
+    e = expected[keep] * observed[keep].sum() / expected[keep].sum()
+    assert stats.chisquare(observed[keep], e).pvalue > 1e-3
 
 
 def test_exponential_mechanism_probabilities():

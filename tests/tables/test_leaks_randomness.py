@@ -92,16 +92,16 @@ def test_secure_tables_draw_from_opendp_and_never_from_numpy(monkeypatch):
     assert {kind for kind, _, _ in calls} == {"laplace", "choice"}
 
 
-def test_the_median_final_draw_is_not_reproducible_by_the_analyst():
-    """One record: the median's interval choice is nearly fixed at ε = 50, so the answer's
-    variation comes from the final uniform draw."""
+def test_the_median_draw_is_not_reproducible_by_the_analyst():
+    """One record at a small ε: the choice among the 1001 grid candidates is spread out; the
+    analyst's seeding of numpy / random does not fix it."""
     t = Queryable(pd.DataFrame({"x": [0.5]}), budget=1e6)
     outs = set()
     for _ in range(5):
         np.random.seed(1)
         random.seed(1)
-        outs.add(t.noisy_median(50.0, "x", 0, 1))
-    assert len(outs) == 5
+        outs.add(t.noisy_median(0.5, "x", 0, 1))
+    assert len(outs) > 1
 
 
 @pytest.mark.parametrize("sampler", [

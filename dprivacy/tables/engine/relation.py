@@ -281,6 +281,12 @@ class IbisRelation:
         """The clamped values as a float array. After the charge."""
         return aggregates.clamped_values(self, value, lo, hi)
 
+    def rank_counts(self, value: Any, lo: float, hi: float, candidates: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, int]:
+        from dprivacy.tables.engine.ranks import rank_counts
+
+        return rank_counts(self, value, lo, hi, candidates)
+
     def score_sums(self, score: Any, candidates: Sequence[Any]) -> np.ndarray:
         """Σ_records clamp(score(t, c), 0, 1) per candidate c. After the charge."""
         return aggregates.score_sums(self, score, candidates)
