@@ -41,6 +41,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dprivacy.tables import overrun
+
 __all__ = ["Record", "records", "clean", "number", "predicate_mask", "map_values", "flat_map",
            "float_values", "score_sums", "quiet", "quietly", "sealed"]
 
@@ -126,19 +128,26 @@ def _call(f: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
     record is in the table. (So Ctrl-C while analyst code runs drops the current record instead
     of stopping the query.) ``f`` should also do the post-processing of the result (sanitising,
     reading list items): analyst objects run code there too (``__getitem__`` of an ndarray
-    subclass, ``__eq__`` of a dict key, a deeply nested tuple)."""
+    subclass, ``__eq__`` of a dict key, a deeply nested tuple). A call that overruns the time
+    limit of :mod:`dprivacy.tables.overrun` is stopped and counts as one that raised."""
     try:
-        return True, f(*args)
+        overrun.started()
+        try:
+            return True, f(*args)
+        finally:
+            overrun.stopped()
     except BaseException:  # noqa: BLE001 - see the docstring
+        overrun.stopped()
         return False, None
 
 
 def predicate_mask(df: pd.DataFrame, f: Callable[[Record], Any]) -> np.ndarray:
     """Keep-mask of a per-record predicate (True only for a returned ``True``)."""
     out = np.zeros(len(df), dtype=bool)
-    for i, r in enumerate(records(df)):
-        ok, v = _call(_truth, f, r)
-        out[i] = ok and v
+    with overrun.watch():
+        for i, r in enumerate(records(df)):
+            ok, v = _call(_truth, f, r)
+            out[i] = ok and v
     return out
 
 
@@ -154,9 +163,10 @@ def _cleaned(f: Callable[[Record], Any], r: Record) -> Any:
 def map_values(df: pd.DataFrame, f: Callable[[Record], Any]) -> list[Any]:
     """Sanitised ``f(r)`` for every record (None where it raises)."""
     out = []
-    for r in records(df):
-        ok, v = _call(_cleaned, f, r)
-        out.append(v if ok else None)
+    with overrun.watch():
+        for r in records(df):
+            ok, v = _call(_cleaned, f, r)
+            out.append(v if ok else None)
     return out
 
 
@@ -184,12 +194,13 @@ def flat_map(df: pd.DataFrame, k: int, f: Callable[[Record], Any],
     """Rows of the flat-map (first ``k`` outputs per record) and each row's parent position."""
     rows: list[tuple] = []
     parents: list[int] = []
-    for i, r in enumerate(records(df)):
-        ok, out = _call(_flat_rows, f, r, k, columns)
-        if not ok:
-            continue
-        rows.extend(out)
-        parents.extend([i] * len(out))
+    with overrun.watch():
+        for i, r in enumerate(records(df)):
+            ok, out = _call(_flat_rows, f, r, k, columns)
+            if not ok:
+                continue
+            rows.extend(out)
+            parents.extend([i] * len(out))
     return rows, np.asarray(parents, dtype=np.int64)
 
 
@@ -214,9 +225,10 @@ def float_values(df: pd.DataFrame, spec: str | Callable[[Record], Any], lo: floa
             raw = np.fromiter((number(v) for v in col.tolist()), dtype=float, count=len(col))
     else:
         vals = []
-        for r in records(df):
-            ok, v = _call(_number_of, spec, r)
-            vals.append(v if ok else math.nan)
+        with overrun.watch():
+            for r in records(df):
+                ok, v = _call(_number_of, spec, r)
+                vals.append(v if ok else math.nan)
         raw = np.asarray(vals, dtype=float)
     return _clamp(raw, lo, hi)
 
@@ -225,10 +237,11 @@ def score_sums(df: pd.DataFrame, score: Callable[[Record, Any], Any],
                candidates: Sequence[Any]) -> np.ndarray:
     """Σ_records clamp(score(r, c), 0, 1) per candidate (non-numbers and exceptions score 0)."""
     total = np.zeros(len(candidates))
-    for r in records(df):
-        for j, c in enumerate(candidates):
-            ok, x = _call(_number_of, score, r, c)
-            total[j] += 0.0 if not ok or math.isnan(x) else min(max(x, 0.0), 1.0)
+    with overrun.watch():
+        for r in records(df):
+            for j, c in enumerate(candidates):
+                ok, x = _call(_number_of, score, r, c)
+                total[j] += 0.0 if not ok or math.isnan(x) else min(max(x, 0.0), 1.0)
     return total
 
 
