@@ -53,7 +53,7 @@ from dprivacy.errors import BudgetExceededError, DPrivacyError, ValidationError
 if TYPE_CHECKING:
     from dprivacy.tables.ledger import Ledger
 
-__all__ = ["Accountant", "to_units"]
+__all__ = ["Accountant", "format_amount", "to_units"]
 
 #: One unit of budget (the SQLite ledger's unit, so the two stores agree exactly).
 UNIT = 1e-9
@@ -78,6 +78,20 @@ def _check_amount(x: Any, what: str, *, allow_inf: bool = False) -> float:
             "metric d_X)" + ("; use math.inf only for simulations" if allow_inf else "")
         )
     return v
+
+
+def format_amount(x: float) -> str:
+    """A budget or cost as every message shows it: rounded to 6 decimals, at most 6 significant
+    digits (so a budget left at 1e-9 by a design verified to the 1e-9 tolerance reads 0, in
+    Python messages and in the CLI alike).
+
+    Examples
+    --------
+    >>> format_amount(1e-09), format_amount(2.999999997), format_amount(0.25), format_amount(1e400)
+    ('0', '3', '0.25', 'inf')
+    """
+    v = round(float(x), 6)
+    return f"{v + 0.0:.6g}" if v != 0 else "0"
 
 
 def to_units(x: float, *, round_up: bool) -> int:
@@ -288,8 +302,9 @@ class Accountant:
 
     def _refuse(self, c: int, left: float) -> None:
         raise BudgetExceededError(
-            f"a release costing {c / _PER:.9g} x the metric exceeds the {self.name} "
-            f"({left:.9g} of {self.total:.9g} left): nothing was charged or released. "
+            f"a release costing {format_amount(c / _PER)} x the metric exceeds the {self.name} "
+            f"({format_amount(left)} of {format_amount(self.total)} left): nothing was charged "
+            "or released. "
             "Use a larger total, a cheaper design (a smaller multiple of the metric), or stop."
         )
 
@@ -303,5 +318,6 @@ class Accountant:
             ) from exc
 
     def __repr__(self) -> str:
-        return (f"Accountant({self.name}: spent {self.spent:.9g} of {self.total:.9g}, "
+        return (f"Accountant({self.name}: spent {format_amount(self.spent)} of "
+                f"{format_amount(self.total)}, "
                 f"{self._releases} release(s) here)")

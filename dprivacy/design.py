@@ -85,6 +85,24 @@ class Design:
         with np.errstate(divide="ignore"):
             return np.where(np.isinf(self.beta), 0.0, 1.0 / self.beta)
 
+    def error_bars(self, level: float = 0.95) -> np.ndarray:
+        """Half-width h_k of an interval that holds the Laplace noise of query k with probability
+        ``level``: P(|Lap(1/beta_k)| <= h_k) = level, i.e. h_k = ln(1 / (1 - level)) / beta_k
+        (0 for a query answered exactly). A released answer y_k then lies within h_k of
+        w_k f_k(x) with that probability: of the query's own answer when w_k = 1 (the default;
+        w_k < 1 only when ``design(..., n=...)`` shrinks the answer). The noise is independent
+        of the data, so these bars are public and cost no budget.
+
+        Examples
+        --------
+        >>> d = Design(w=[1.0, 1.0], beta=[0.5, float("inf")])
+        >>> [round(float(h), 4) for h in d.error_bars(0.95)]   # 2 ln 20, exact
+        [5.9915, 0.0]
+        """
+        if not 0 < level < 1:
+            raise ValidationError(f"level = {level}: a probability strictly between 0 and 1")
+        return self.noise_scale * float(np.log(1 / (1 - level)))
+
     def max_ratio(self, workload: Workload, constraints: ConstraintSet | None = None) -> float:
         """max over constrained pairs of sum_k u_k |F_ki - F_kj| / eps_ij (<= 1 means private)."""
         cs = constraints if constraints is not None else self.constraints

@@ -61,8 +61,8 @@ def group_privacy_loss(x, x_prime, universe: Universe, metric: Metric) -> float:
     >>> float(group_privacy_loss([2, 0, 1], [0, 2, 1], U, dp.metrics.Euclidean(0.5)))
     1.0
     """
-    a = check_histogram(x, universe.N)
-    b = check_histogram(x_prime, universe.N)
+    a = check_histogram(x, universe.N, whole=False)
+    b = check_histogram(x_prime, universe.N, whole=False)
     if not np.isclose(a.sum(), b.sum(), rtol=0, atol=1e-9):
         raise ValidationError(
             f"x has {a.sum():g} records and x' has {b.sum():g}: bounded neighbours keep n fixed; "

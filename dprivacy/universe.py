@@ -311,13 +311,29 @@ def _read_only(df: pd.DataFrame) -> None:
         pass
 
 
-def check_histogram(x, N: int) -> np.ndarray:  # noqa: N803
-    """Validate a histogram of length N (finite, non-negative counts); return it as floats."""
-    arr = np.asarray(x, dtype=float)
+def check_histogram(x, N: int, *, whole: bool = True) -> np.ndarray:  # noqa: N803
+    """Validate a histogram of length N (finite, non-negative, whole counts); return it as floats.
+
+    A histogram counts records, and d_X-privacy protects the move of one whole record: a
+    fractional count (0.5 of a record) is refused rather than released under a guarantee that
+    does not cover it. Weighted sums belong in the queries F, not in x. ``whole=False`` allows
+    fractional masses (e.g. the distributions compared by :func:`dprivacy.group_privacy_loss`).
+    """
+    try:
+        arr = np.asarray(x, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(f"histogram x must hold numbers (counts of records): {exc}") from exc
     if arr.ndim != 1 or arr.shape[0] != N:
         raise ShapeError(f"histogram x has shape {arr.shape}; expected ({N},), one count per element")
     if not np.all(np.isfinite(arr)):
         raise ValidationError("histogram x has NaN or infinite counts")
     if np.any(arr < 0):
         raise ValidationError(f"histogram x has a negative count at index {int(np.argmin(arr))}")
+    frac = arr != np.round(arr)
+    if whole and np.any(frac):
+        k = int(np.argmax(frac))
+        raise ValidationError(
+            f"histogram x has a non-integer count x[{k}] = {float(arr[k])!r}: a histogram counts records "
+            "(whole numbers >= 0); round or aggregate the records first, and put weights in the "
+            "queries F rather than in x")
     return arr

@@ -201,3 +201,41 @@ def test_one_accountant_counts_multiples_of_one_metric(tmp_path):
     with pytest.raises(ValidationError, match="another metric"):
         m2.release(x, rng=0, secure=False, accountant=reopened)
     m1.release(x, rng=2, secure=False, accountant=reopened)
+
+
+def test_budget_left_reads_the_same_in_python_and_in_the_cli(tmp_path) -> None:
+    """A design verified to the 1e-9 tolerance leaves 1e-9 of a budget of 1: the refusal says
+    "0 of 1 left", as the CLI does (it said "1e-09 of 1 left" in Python, "0 of 1" in the CLI)."""
+    import shutil
+    from pathlib import Path
+
+    import pytest
+
+    from dprivacy.accounting import Accountant, format_amount
+    from dprivacy.cli import main
+    from dprivacy.errors import BudgetExceededError
+
+    acc = Accountant(total=1)
+    acc.charge(0.999999999)
+    assert acc.remaining == pytest.approx(1e-9)
+    with pytest.raises(BudgetExceededError, match=r"\(0 of 1 left\)"):
+        acc.charge(0.5)
+    assert "spent 1 of 1" in repr(acc)
+    root = Path(__file__).resolve().parents[1]
+    shutil.copytree(root / "examples", tmp_path / "examples")
+    inputs = ["--universe", str(tmp_path / "examples/cities.csv"), "--metric", "geodesic",
+              "--param", "eps_per_km=0.05", "--queries", str(tmp_path / "examples/queries_named.csv")]
+    assert main(["design", *inputs, "--out", str(tmp_path / "c.json")]) == 0
+    ledger = ["--ledger", str(tmp_path / "b.sqlite")]
+    assert main(["release", str(tmp_path / "c.json"), "--records",
+                 str(tmp_path / "examples/records.csv"), "--out", str(tmp_path / "a.csv"),
+                 *ledger, "--budget", "1", *inputs]) == 0
+    assert main(["release", str(tmp_path / "c.json"), "--records",
+                 str(tmp_path / "examples/records.csv"), "--out", str(tmp_path / "a2.csv"),
+                 *ledger, *inputs]) == 5
+    durable = Accountant.durable(str(tmp_path / "b.sqlite"))
+    with pytest.raises(BudgetExceededError) as python_err:
+        durable.charge(1.0)
+    left = f"({format_amount(durable.remaining)} of 1 left)"
+    assert left in str(python_err.value)
+    assert format_amount(durable.remaining) in ("0", "1e-09") and format_amount(1e-9) == "0"

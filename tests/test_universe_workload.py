@@ -218,3 +218,17 @@ def test_overflowing_and_subnormal_coefficients_are_diagnosed(store):
         Workload(store(np.array([[0.0, 1.0, 0.0], [0.0, 0.0, 1e-320]])))
     ok = Workload(store(np.array([[0.0, 1e300, 2.2250738585072014e-308]])))  # extreme but normal
     assert ok.m == 1
+
+
+def test_release_refuses_fractional_counts() -> None:
+    """A histogram counts whole records: 0.5 of a record is refused before any noise is drawn."""
+    import dprivacy as dp
+    from dprivacy.errors import ValidationError
+
+    U = dp.Universe.from_points(np.array([[0.0], [1.0], [2.0]]))
+    M = dp.metrics.Euclidean(1.0)
+    W = dp.Workload([[0.0, 1.0, 2.0]])
+    mech = dp.DXLaplace(W, dp.design(W, U, M))
+    with pytest.raises(ValidationError, match=r"non-integer count x\[1\] = 0.5.*whole numbers"):
+        mech.release([3, 0.5, 1], secure=False, rng=0)
+    assert mech.release([3.0, 2.0, 1.0], secure=False, rng=0).shape == (1,)  # whole floats: fine

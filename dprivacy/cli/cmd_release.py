@@ -98,7 +98,7 @@ def _open_budget(args: argparse.Namespace, metric_fingerprint: str) -> Any:
             if "was created with" in text:
                 stored = Accountant.durable(ledger, None, name=args.budget_name)
                 raise UsageError(f"{where} was created with a total of {stored.total:.9g} "
-                                 f"({stored.remaining:.9g} left), not --budget {args.budget:g}: "
+                                 f"({_amount(stored.remaining)} left), not --budget {args.budget:g}: "
                                  "drop --budget to continue it, or use another --budget-name"
                                  ) from exc
             raise
@@ -158,7 +158,9 @@ def cmd_release(args: argparse.Namespace) -> int:
 
 
 def _amount(v: float) -> str:
-    return f"{round(float(v), 6):.6g}"
+    from dprivacy.accounting import format_amount
+
+    return format_amount(v)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

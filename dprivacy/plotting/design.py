@@ -114,7 +114,7 @@ def _noise_panel(ax: Any, design: Design, workload: Workload, universe: Universe
         ax.text(baseline * 1.05, yk - 0.2, text, va="center", fontsize=8)
     ax.set_xscale("log")
     shown = designed[~exact & (designed > 0)]
-    ax.set_xlim(min(shown.min(), baseline) / 2 if shown.size else baseline / 10, baseline * 12)
+    ax.set_xlim(min(shown.min(), baseline) / 2 if shown.size else baseline / 10, baseline * 5)
     ax.set_yticks(y, names, fontsize=8)
     ax.set_xlabel("Laplace noise scale (log)")
     more = f" (first {MAX_BARS} of {workload.m})" if workload.m > MAX_BARS else ""
