@@ -410,3 +410,33 @@ def test_design_table_alone_and_joint_share_one_baseline() -> None:
     np.testing.assert_allclose(t["IF_alone"] * t["alone_noise"], t["baseline_noise"])
     alone = dp.design(dp.Workload(W.dense()[4:]), U, M, method="closed_form")
     assert t["alone_noise"].iloc[4] == pytest.approx(float(alone.noise_scale[0]))
+
+
+def test_a_subset_of_the_builtin_cities(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--universe builtin:us_cities:CA,NV (states) or :top=N, and demo --cities, agree."""
+    from dprivacy.cli import load_universe
+    from dprivacy.cli.params import spec_of
+    from dprivacy.data import load_us_cities
+
+    cities = load_us_cities()
+    U, table = load_universe("builtin:us_cities:CA,NV", spec_of("geodesic"))
+    assert U.N == int(cities["state"].isin(["CA", "NV"]).sum()) and set(table["state"]) == {"CA", "NV"}
+    U, table = load_universe("builtin:us_cities:top=25", spec_of("geodesic"))
+    assert U.N == 25
+    assert sorted(table["population"].astype(int))[0] == sorted(cities["population"])[-25]
+    out = tmp_path / "demo.json"
+    assert main(["demo", "--out", str(out), "--m", "1", "--cities", "SD,WY"]) == 0
+    text = capsys.readouterr().out
+    assert "--universe builtin:us_cities:SD,WY" in text
+    assert main(["verify", str(out), "--universe", "builtin:us_cities:SD,WY", "--metric", "geodesic",
+                 "--param", "eps_per_km=0.1", "--queries", str(tmp_path / "demo_queries.csv")]) == 0
+    assert main(["verify", str(out), "--universe", "builtin:us_cities", "--metric", "geodesic",
+                 "--param", "eps_per_km=0.1", "--queries", str(tmp_path / "demo_queries.csv")]) == 3
+    capsys.readouterr()
+    for bad in ("XX", "top=1", "top=x", ""):
+        code = main(["demo", "--out", str(tmp_path / "d2.json"), "--cities", bad]) if bad else \
+            main(["design", "--universe", "builtin:us_cities:,", "--metric", "geodesic", "--param",
+                  "eps_per_km=0.1", "--queries", str(tmp_path / "demo_queries.csv"), "--out",
+                  str(tmp_path / "d3.json")])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1, (bad, err)

@@ -19,7 +19,7 @@ MAX_M = 1000
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from dprivacy import metrics
-    from dprivacy.cli.inputs import load_universe
+    from dprivacy.cli.inputs import load_universe, us_cities_subset
     from dprivacy.cli.params import spec_of
     from dprivacy.config import MechanismConfig
     from dprivacy.data import load_us_cities
@@ -29,8 +29,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     qpath = check_out(out.with_name(out.stem + "_queries.csv"), "--out (its query file)")
     with Steps(["data", "design", "export"], desc="dprivacy demo") as steps:
         with steps.step("data"):
-            cities = load_us_cities()
-            U, _ = load_universe("builtin:us_cities", spec_of("geodesic"))
+            source = "builtin:us_cities" + (f":{args.cities}" if args.cities else "")
+            cities = us_cities_subset(load_us_cities(), source, f"--cities {args.cities!r}")
+            U, _ = load_universe(source, spec_of("geodesic"))
             M = metrics.Geodesic(eps_per_km=args.eps_per_km)
             rng = np.random.default_rng(args.seed)
             F = np.vstack([rng.uniform(0, 1, size=(args.m, U.N)),
@@ -54,7 +55,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
           "the elevation query (sum of elevation in km over residents' cities)\n")
     print(text)
     print(f"config written to {out}; query matrix to {qpath}\n"
-          f"check it:  dprivacy verify {out} --universe builtin:us_cities --metric geodesic "
+          f"check it:  dprivacy verify {out} --universe {source} --metric geodesic "
           f"--param eps_per_km={args.eps_per_km:g} --queries {qpath}")
     return 0
 
@@ -80,4 +81,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--method", choices=METHODS, default="exact")
     s.add_argument("--loss", choices=LOSSES, default="squared")
     s.add_argument("--seed", type=nonneg_int, default=0, help="seed of the random queries")
+    s.add_argument("--cities", default=None, metavar="SELECTION",
+                   help="a subset of the shipped cities: states (CA,NV) or top=N, the N most "
+                        "populous (default: all 810); the same selection is written "
+                        "--universe builtin:us_cities:SELECTION in the other commands")
     s.set_defaults(func=cmd_demo)

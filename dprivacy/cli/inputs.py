@@ -18,7 +18,8 @@ from dprivacy.cli.params import MetricSpec
 from dprivacy.universe import Universe
 from dprivacy.workload import Workload
 
-BUILTIN = ("builtin:us_cities", "builtin:example1")
+BUILTIN = ("builtin:us_cities", "builtin:us_cities:STATES (e.g. :CA,NV)", "builtin:us_cities:top=N",
+           "builtin:example1")
 #: Coordinates and query coefficients are refused beyond this magnitude (products would overflow).
 MAX_VALUE = 1e100
 #: Non-zero query coefficients below this magnitude are refused (1 / |F| would overflow: a query
@@ -117,8 +118,8 @@ def load_universe(path: str, spec: MetricSpec, key: str | None = None,
     """The universe named by ``--universe`` (a CSV or a builtin) and its full table."""
     from dprivacy.data import load_example1, load_us_cities
 
-    if path == "builtin:us_cities":
-        df = load_us_cities().astype(str)
+    if path == "builtin:us_cities" or path.startswith("builtin:us_cities:"):
+        df = us_cities_subset(load_us_cities(), path).astype(str)
     elif path == "builtin:example1":
         df = load_example1().drop(columns="label").astype(str)
     elif path.startswith("builtin:"):
@@ -127,9 +128,50 @@ def load_universe(path: str, spec: MetricSpec, key: str | None = None,
     else:
         df = read_csv(path, "--universe")
     where = f"--universe {path!r}"
-    if key is None and path == "builtin:us_cities":
+    if key is None and path.startswith("builtin:us_cities"):
         key = "name,state"
     return universe_from_table(df, where, spec, key, coords), df
+
+
+def us_cities_subset(cities: pd.DataFrame, path: str, where: str | None = None) -> pd.DataFrame:
+    """The shipped US cities named by ``builtin:us_cities[:SELECTION]``: all of them, the
+    cities of some states (``builtin:us_cities:CA,NV``), or the ``top=N`` most populous
+    (``builtin:us_cities:top=100``), in the file's order.
+
+    Examples
+    --------
+    >>> from dprivacy.data import load_us_cities
+    >>> sorted(set(us_cities_subset(load_us_cities(), "builtin:us_cities:SD,WY")["state"]))
+    ['SD', 'WY']
+    >>> len(us_cities_subset(load_us_cities(), "builtin:us_cities:top=50"))
+    50
+    """
+    sel = path[len("builtin:us_cities"):].lstrip(":").strip()
+    where = where or f"--universe {path!r}"
+    if not sel:
+        return cities
+    if sel.startswith("top="):
+        try:
+            n = int(sel[4:])
+        except ValueError:
+            n = -1
+        if not 2 <= n <= len(cities):
+            raise UsageError(f"{where}: top=N takes a whole number of cities from 2 to "
+                             f"{len(cities)}, e.g. builtin:us_cities:top=100")
+        keep = cities["population"].astype(float).rank(method="first", ascending=False) <= n
+        return cities[keep]
+    states = [t.strip().upper() for t in sel.split(",") if t.strip()]
+    known = sorted(set(cities["state"]))
+    unknown = [t for t in states if t not in known]
+    if unknown or not states:
+        raise UsageError(f"{where}: {', '.join(unknown) or 'no state'} is not a state of the "
+                         f"shipped cities; use two-letter codes from {', '.join(known)} (e.g. "
+                         "builtin:us_cities:CA,NV) or top=N")
+    sub = cities[cities["state"].isin(states)]
+    if len(sub) < 2:
+        raise UsageError(f"{where} selects {len(sub)} city: a universe needs at least two "
+                         "elements; add states")
+    return sub
 
 
 def _parse_query_table(raw: pd.DataFrame, where: str, labels: list[str] | None
