@@ -39,6 +39,15 @@ myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
 myst_heading_anchors = 3
 
 autosummary_generate = True
+# The API summaries show each docstring's first sentence; autosummary ends it at the first ". "
+# unless the text before is a known abbreviation. The docstrings cite the papers as "eq. (5)",
+# "Def. 3", "Fig. 1", "Theorem 1" or "§4.1.": without these, a summary such as "The d_X-private
+# Laplace mechanism, eq." is cut mid-sentence. (tests/test_docs_examples.py checks the tuple
+# still exists in the installed Sphinx.)
+import sphinx.ext.autosummary as _autosummary  # noqa: E402
+
+_autosummary.WELL_KNOWN_ABBREVIATIONS = tuple(_autosummary.WELL_KNOWN_ABBREVIATIONS) + (
+    "eq.", "Eq.", "eqs.", "Def.", "Fig.", "Figs.", "Sec.", "Alg.", "Thm.", "cf.", "resp.", "no.")
 autosummary_imported_members = False
 # Document each object once, where it is defined: a package's ``__all__`` re-exports names of its
 # modules (``dprivacy.Universe`` is ``dprivacy.universe.Universe``), which would otherwise be

@@ -312,33 +312,6 @@ def test_python_dash_m_subprocess(inputs: dict[str, Path]) -> None:
     assert not (inputs["dir"] / "answers.csv").exists()
 
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-
-
-def test_readme_quick_start_and_python_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
-    text = README.read_text(encoding="utf-8")
-    assert 'pip install . && dprivacy demo' in text
-    assert 'pip install ".[test]" && python -m pytest -q' in text
-    code = text.split("```python\n", 1)[1].split("```", 1)[0]
-    monkeypatch.chdir(tmp_path)
-    exec(compile(code, "README.md", "exec"), {})  # noqa: S102 (our own README example)
-    assert (tmp_path / "config.json").is_file()
-    assert len(capsys.readouterr().out.splitlines()) == 2
-
-
-def test_every_readme_python_block_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """All ```python blocks of the README run as written, in order, in one namespace (a later
-    block may continue an earlier one), in a scratch folder."""
-    blocks = [b.split("```", 1)[0] for b in README.read_text(encoding="utf-8").split("```python\n")[1:]]
-    assert len(blocks) >= 2
-    monkeypatch.chdir(tmp_path)
-    namespace: dict = {}
-    for k, code in enumerate(blocks):
-        exec(compile(code, f"README.md block {k}", "exec"), namespace)  # noqa: S102 (our README)
-    assert (tmp_path / "budgets.sqlite").is_file() and (tmp_path / "people.sqlite").is_file()
-
-
 @pytest.mark.parametrize("disable", ["", "1"])
 def test_progress_bar_on_slow_steps(disable: str, monkeypatch: pytest.MonkeyPatch,
                                     capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,4 +1,4 @@
-"""The README's command-line walkthrough runs as written on the files in examples/."""
+"""The command-line walkthrough of docs/cli.md runs as written on the files in examples/."""
 
 from __future__ import annotations
 
@@ -18,10 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def walkthrough() -> list[tuple[list[str], int]]:
-    """(argv, expected exit code) of every command in the README's command-line section."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("## The command line\n", 1)[1]
-    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    """(argv, expected exit code) of every command of the walkthrough in docs/cli.md."""
+    text = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    block = text.split("```bash\n", 1)[1].split("```", 1)[0]
     commands, current = [], ""
     for line in block.splitlines():
         if line.lstrip().startswith("#") and not current:
