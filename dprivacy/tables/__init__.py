@@ -13,6 +13,16 @@ samplers unless the data owner fixes ``noise_seed`` (:mod:`.randomness`).
 
 Names are imported lazily (PEP 562), so a process that only needs the ledger (e.g. a worker
 charging a shared SQLite file) does not pay for pandas and OpenDP.
+
+**What in-process Python cannot guarantee.** These classes are for simulations and trusted
+analysts. They run analyst functions only after the charge and map every failure (any
+exception, BaseException included, or an overrun of :data:`.overrun.CALL_TIME_LIMIT`) to a
+documented default, lock budgets against threads and give no attribute returning a ProPer ledger;
+but code running in the same process can still reach the records and budgets by introspection
+(private attributes, frames, the garbage collector, the shared DuckDB connection or Spark
+session), by pickling or copying a table, and can measure how long queries take, which depends
+on the records. For analysts you do not trust use the service (``dprivacy serve`` and
+:mod:`dprivacy.remote`, docs/service.md), which keeps the data in another process.
 """
 
 from __future__ import annotations
