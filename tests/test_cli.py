@@ -413,3 +413,23 @@ def test_a_subset_of_the_builtin_cities(tmp_path: Path, capsys: pytest.CaptureFi
                   str(tmp_path / "d3.json")])
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1, (bad, err)
+
+
+def test_every_flag_of_every_command_is_described() -> None:
+    """`dprivacy ... --help` describes every flag (local simulate described almost none)."""
+    import argparse
+
+    from dprivacy.cli import build_parser
+
+    def walk(p: argparse.ArgumentParser, path: list[str]):
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for name, sp in a.choices.items():
+                    yield from walk(sp, [*path, name])
+            elif not isinstance(a, (argparse._HelpAction, argparse._VersionAction)):
+                yield " ".join(path), a.option_strings or [a.dest], (a.help or "").strip()
+
+    flags = list(walk(build_parser(), ["dprivacy"]))
+    assert any(cmd == "dprivacy local simulate" for cmd, _, _ in flags)
+    missing = [(cmd, opt) for cmd, opt, text in flags if len(text) < 8]
+    assert not missing, missing

@@ -78,8 +78,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--eps-per-km", type=budget_arg, default=0.1,
                    help="privacy budget per km of distance (the demo uses 0.1 unless told; "
                         "it prints the value it uses)")
-    s.add_argument("--method", choices=METHODS, default="exact")
-    s.add_argument("--loss", choices=LOSSES, default="squared")
+    s.add_argument("--method", choices=METHODS, default="exact",
+                   help="solver (default exact: the convex program's optimum)")
+    s.add_argument("--loss", choices=LOSSES, default="squared",
+                   help="error measure the design minimises (default squared)")
     s.add_argument("--seed", type=nonneg_int, default=0, help="seed of the random queries")
     s.add_argument("--cities", default=None, metavar="SELECTION",
                    help="a subset of the shipped cities: states (CA,NV) or top=N, the N most "

@@ -49,7 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("names", nargs="*", metavar="NAME", help="experiment(s) to run")
     s.add_argument("--all", action="store_true", help="run every experiment")
     s.add_argument("--quick", action="store_true", help="small sizes (seconds)")
-    s.add_argument("--seed", type=nonneg_int, default=0)
+    s.add_argument("--seed", type=nonneg_int, default=0,
+                   help="seed of every random draw of the scripts (default 0)")
     s.add_argument("--outdir", default=None,
                    help="default experiments/results/ (--quick: experiments/results/quick/)")
     s.set_defaults(func=cmd_reproduce)

@@ -135,24 +135,40 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _add(sub: Any) -> None:
-    s = sub.add_parser("serve", help="run the aggregator (HTTP, JSON)")
-    s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    s = sub.add_parser("serve", help="run the aggregator (HTTP, JSON)",
+                       description="Run the aggregator: analysts publish queries (POST /queries), "
+                       "agents fetch them and post replies, analysts collect them (GET "
+                       "/replies/{id}). The first line printed is 'listening on URL'.")
+    s.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1, this machine only)")
+    s.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     s.set_defaults(local_func=_cmd_serve)
 
-    s = sub.add_parser("agent", help="run one user's agent against a server")
-    s.add_argument("--server", required=True, help="aggregator URL")
-    s.add_argument("--user", required=True)
-    s.add_argument("--data", required=True, help="JSON object of the user's private fields")
-    s.add_argument("--ledger", required=True, help="SQLite file of the durable budget")
-    s.add_argument("--budget", type=float, default=None, help="total budget")
-    s.add_argument("--per-field", default=None, help='JSON, e.g. {"age": 0.5}')
-    s.add_argument("--per-event", type=float, default=None)
-    s.add_argument("--fields", nargs="*", default=None, help="fields offered (default all)")
-    s.add_argument("--max-cost", type=float, default=math.inf)
-    s.add_argument("--interval", type=float, default=1.0)
-    s.add_argument("--polls", type=int, default=None, help="stop after this many polls")
-    s.add_argument("--no-pad", action="store_true", help="do not pad pre to its time bound")
+    s = sub.add_parser("agent", help="run one user's agent against a server",
+                       description="Run one user's agent: poll the aggregator for queries, price "
+                       "each one's randomiser, check it against the public policy and the durable "
+                       "personal budget (charged before any data is read), and reply with the "
+                       "randomised answer. On exit it prints the remaining budgets.")
+    s.add_argument("--server", required=True, help="aggregator URL, e.g. http://127.0.0.1:8000")
+    s.add_argument("--user", required=True, help="the user's id (names the budget in the ledger)")
+    s.add_argument("--data", required=True, help="JSON file: an object of the user's private fields")
+    s.add_argument("--ledger", required=True, help="SQLite file of the durable personal budget")
+    s.add_argument("--budget", type=float, default=None,
+                   help="total budget, the first time (later runs continue the stored one)")
+    s.add_argument("--per-field", default=None,
+                   help='budgets per field, JSON, e.g. {"age": 0.5} (default: only the total)')
+    s.add_argument("--per-event", type=float, default=None,
+                   help="budget per event (a query's event label), default none")
+    s.add_argument("--fields", nargs="*", default=None,
+                   help="the fields offered to queries (default all fields of --data)")
+    s.add_argument("--max-cost", type=float, default=math.inf,
+                   help="refuse any single query costing more than this (default no limit)")
+    s.add_argument("--interval", type=float, default=1.0,
+                   help="seconds between two polls of the server (default 1)")
+    s.add_argument("--polls", type=int, default=None,
+                   help="stop after this many polls (default: poll until stopped)")
+    s.add_argument("--no-pad", action="store_true",
+                   help="do not pad analyst code to its time bound (padding hides its run time)")
     s.set_defaults(local_func=_cmd_agent)
 
     s = sub.add_parser("cost", help="cost(T) of a matrix CSV (and its d_X check)",
@@ -160,16 +176,28 @@ def _add(sub: Any) -> None:
                               "(a column has a zero, or the check fails), 3 a missing or "
                               "malformed file, 2 usage")
     s.add_argument("matrix", help="CSV of the right-stochastic matrix T (rows = inputs)")
-    s.add_argument("--metric", default=None, help="CSV of the budget matrix eps[x, x']")
+    s.add_argument("--metric", default=None,
+                   help="CSV of the budget matrix eps[x, x'] (N x N, no header): also check that "
+                        "T is d_X-private for it")
     s.set_defaults(local_func=_cmd_cost)
 
-    s = sub.add_parser("simulate", help="server + simulated users + a Warner query, end to end")
-    s.add_argument("--users", type=int, default=500)
-    s.add_argument("--eps", type=float, default=1.0)
-    s.add_argument("--share", type=float, default=0.3, help="true share of 'yes'")
-    s.add_argument("--budget", type=float, default=2.0)
-    s.add_argument("--workers", type=int, default=2)
-    s.add_argument("--seed", type=int, default=0)
+    s = sub.add_parser("simulate", help="server + simulated users + a Warner query, end to end",
+                       description="Start the aggregator on loopback, publish one Warner "
+                       "randomised-response query about a yes/no field, let simulated users' "
+                       "agents answer it (each with a durable budget in one temporary SQLite "
+                       "ledger), collect the replies and estimate the share of 'yes'. Prints one "
+                       "JSON line: users, answered, true_share, estimate, seconds.")
+    s.add_argument("--users", type=int, default=500, help="number of simulated users (default 500)")
+    s.add_argument("--eps", type=float, default=1.0,
+                   help="cost of the Warner query, ln of its odds ratio (default 1)")
+    s.add_argument("--share", type=float, default=0.3,
+                   help="true share of users whose answer is 'yes' (default 0.3)")
+    s.add_argument("--budget", type=float, default=2.0,
+                   help="each user's total budget (default 2; a query costing more is refused)")
+    s.add_argument("--workers", type=int, default=2,
+                   help="threads answering for the users, each with its own HTTP client (default 2)")
+    s.add_argument("--seed", type=int, default=0,
+                   help="seed of the users' true answers and of their randomisers (default 0)")
     s.set_defaults(local_func=_cmd_simulate)
 
 
