@@ -2,10 +2,10 @@
 
 The released value is always one of a finite list of **candidates** fixed before the data is
 read: a list given by the analyst, or the grid ``numpy.linspace(lo, hi, grid)`` (default
-:data:`DEFAULT_GRID` = 1001 points, i.e. a resolution of (hi − lo)/1000). No data value ever
-flows into the output, so its bits cannot depend on the records (an output built from a data
-value, e.g. a point drawn uniformly between two records, has low-order bits that tell records
-apart).
+:data:`DEFAULT_GRID` = 1025 points, i.e. a resolution of (hi − lo)/1024: on [0, 1] the
+points k/1024 are exact binary fractions). No data value ever flows into the output, so its bits
+cannot depend on the records (an output built from a data value, e.g. a point drawn uniformly
+between two records, has low-order bits that tell records apart).
 
 The candidate is chosen by the exponential mechanism (McSherry & Talwar 2007) with the rank-based
 quantile score of OpenDP's ``make_quantile_score_candidates`` (Smith 2011): with the values
@@ -40,8 +40,8 @@ from dprivacy.tables.params import range_arg, real
 __all__ = ["DEFAULT_GRID", "MAX_CANDIDATES", "ALPHA_DENOMINATOR", "candidates_arg", "alpha",
            "scores", "counts_from_sorted", "score_scale", "choose"]
 
-DEFAULT_GRID = 1001
-"""Default number of grid points over [lo, hi] (a resolution of (hi − lo)/1000)."""
+DEFAULT_GRID = 1025
+"""Default number of grid points over [lo, hi] (a resolution of (hi − lo)/1024)."""
 MAX_CANDIDATES = 10_000
 """At most this many candidates (user list or grid)."""
 ALPHA_DENOMINATOR = 10_000

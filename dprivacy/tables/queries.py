@@ -115,8 +115,8 @@ class NoisyQueries:
                               candidates: Sequence[float] | int | None = None) -> float:
         """The ``frac``-quantile of clamp(f(x), lo, hi), released as one of ``candidates``.
 
-        ``candidates``: None (default) for the grid of 1001 points ``numpy.linspace(lo, hi,
-        1001)`` (lo, hi default to 0, 1), an int for a grid of that many points, or a list of
+        ``candidates``: None (default) for the grid of 1025 points ``numpy.linspace(lo, hi,
+        1025)`` (lo, hi default to 0, 1), an int for a grid of that many points, or a list of
         numbers (lo, hi default to its smallest and largest). The output is always exactly one
         of the candidates, chosen by the exponential mechanism with OpenDP's rank-based
         quantile score and an exact sampler (ε-DP; see :mod:`dprivacy.tables.quantiles`), so

@@ -93,7 +93,7 @@ def test_secure_tables_draw_from_opendp_and_never_from_numpy(monkeypatch):
 
 
 def test_the_median_draw_is_not_reproducible_by_the_analyst():
-    """One record at a small ε: the choice among the 1001 grid candidates is spread out; the
+    """One record at a small ε: the choice among the 1025 grid candidates is spread out; the
     analyst's seeding of numpy / random does not fix it."""
     t = Queryable(pd.DataFrame({"x": [0.5]}), budget=1e6)
     outs = set()

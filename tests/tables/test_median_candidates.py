@@ -135,3 +135,11 @@ def test_one_candidate_is_released_whatever_the_data():
     assert t.noisy_median(0.5, "x", candidates=[7.0]) == 7.0
     assert t.remaining_budget() == 0.5
 
+
+
+def test_the_default_grid_on_0_1_is_exact_binary_fractions():
+    grid, lo, hi = qt.candidates_arg(None, None, None)
+    assert (lo, hi) == (0.0, 1.0) and len(grid) == qt.DEFAULT_GRID == 1025
+    assert [float(g) for g in grid] == [k / 1024 for k in range(1025)]
+    outs = _outputs(pd.DataFrame({"x": [0.1234567]}), 50)
+    assert all((o * 2**10).is_integer() for o in outs)  # so also on the 2^-53 grid
