@@ -18,7 +18,7 @@ Two stores:
 * in memory: ``Accountant(total=K)``; ``total=math.inf`` is allowed for simulations on
   synthetic data (every release is still counted in :attr:`Accountant.spent`);
 * durable: ``Accountant.durable(path, total=K, name="default")`` keeps the budget as a named
-  record of the SQLite :class:`~dprivacy.tables.ledger.Ledger` at ``path`` (shared safely by
+  record of the SQLite :class:`~dprivacy.tables.budgets.ledger.Ledger` at ``path`` (shared safely by
   several processes). The stored total wins when the file is reopened: ``total`` must then be
   None or equal to it, so a budget can never be refreshed by reopening it.
 
@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 from dprivacy.errors import BudgetExceededError, DPrivacyError, ValidationError
 
 if TYPE_CHECKING:
-    from dprivacy.tables.ledger import Ledger
+    from dprivacy.tables.budgets.ledger import Ledger
 
 __all__ = ["Accountant", "format_amount", "to_units"]
 
@@ -166,7 +166,7 @@ class Accountant:
         >>> Accountant.durable(path).remaining   # reopened: the stored total wins
         2.0
         """
-        from dprivacy.tables.ledger import Ledger
+        from dprivacy.tables.budgets.ledger import Ledger
 
         if not isinstance(name, str) or not name:
             raise ValidationError(f"name = {name!r}: a durable budget needs a non-empty name")

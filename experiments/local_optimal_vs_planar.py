@@ -23,10 +23,10 @@ from scipy.spatial.distance import cdist
 from dprivacy.data import load_us_cities
 from dprivacy.local.baselines import exponential_randomiser, planar_laplace_loss
 from dprivacy.local.cost import check_dx
-from dprivacy.local.optimal import solve_dx_lp
-from dprivacy.local.spanner import greedy_spanner
 from experiments._common import main as run_main
 from experiments._common import save_figure, write_csv
+from solvers.channels.optimal import solve_dx_lp
+from solvers.channels.spanner import greedy_spanner
 
 NAME = "local_optimal_vs_planar"
 COLUMNS = ["setting", "N", "eps_per_km", "loss", "method", "expected_loss", "planar_loss",

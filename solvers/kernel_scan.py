@@ -17,17 +17,13 @@ run serially, in local processes or on a Dask cluster (:mod:`solvers.distributed
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.spatial.distance import cdist
 
 from solvers.operand import take, take_range
-from solvers.scan_types import TopK, safe_ratio
-
-if TYPE_CHECKING:
-    from solvers.constraints import ConstraintSet
+from solvers.scan_types import PairBudgets, TopK, safe_ratio
 
 _CACHE_CELLS = 2**19  # pair cells per block: keeps temporaries cache friendly
 
@@ -46,7 +42,7 @@ class PartResult:
     n: int
 
 
-def parts(cs: ConstraintSet, n_parts: int) -> list[tuple[int, int]]:
+def parts(cs: PairBudgets, n_parts: int) -> list[tuple[int, int]]:
     """Cut the pairs of ``cs`` into about ``n_parts`` ranges of equal pair counts."""
     n_parts = max(1, int(n_parts))
     if cs.kind == "edges":
@@ -64,7 +60,7 @@ def parts(cs: ConstraintSet, n_parts: int) -> list[tuple[int, int]]:
     return out
 
 
-def scan_part(cs: ConstraintSet, F: np.ndarray | sp.csc_array, u: np.ndarray | None,
+def scan_part(cs: PairBudgets, F: np.ndarray | sp.csc_array, u: np.ndarray | None,
               lo: int, hi: int, *, k: int = 0, agg: str = "sum", mode: str = "scan",
               memory_bytes: int = 2**30) -> PartResult:
     """Scan the pairs of one part: rows ``lo..hi-1`` against all later columns (dense / oracle
@@ -146,7 +142,7 @@ def _loss(Fb: np.ndarray, rows: int, u: np.ndarray, agg: str) -> np.ndarray:
     return out
 
 
-def _blocks(cs: ConstraintSet, F: np.ndarray | sp.csc_array, lo: int, hi: int, cells: int,
+def _blocks(cs: PairBudgets, F: np.ndarray | sp.csc_array, lo: int, hi: int, cells: int,
             u: np.ndarray | None, agg: str):  # noqa: ANN202
     """Yield (I, J, eps, value) per block: rows/cols index arrays (2-D blocks) or edge arrays
     (1-D), the budgets, and the weighted loss (u given), else |F_ki - F_kj| (m, edges) for edge

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -21,6 +21,26 @@ def given(value: _T | None) -> _T:
     """``value``, asserting it was filled in (attributes a constructor always sets)."""
     assert value is not None
     return value
+
+
+class PairBudgets(Protocol):
+    """The budgets of a constraint set as a kernel scan reads them (what
+    :class:`solvers.constraints.ConstraintSet` provides): its ``kind`` ("dense", "oracle" or
+    "edges"), ``N`` points, ``n_constraints`` pairs, the edge arrays of an edge set and the budget
+    rows of a dense or oracle set."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def N(self) -> int: ...  # noqa: N802 (the paper's symbol)
+
+    @property
+    def n_constraints(self) -> int: ...
+
+    def edge_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+
+    def eps_rows(self, r0: int, r1: int) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)

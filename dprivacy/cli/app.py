@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from dprivacy.cli import cmd_demo, cmd_design, cmd_release, cmd_reproduce, cmd_verify
+from dprivacy.cli import cmd_demo, cmd_design, cmd_local, cmd_release, cmd_reproduce, cmd_verify
 from dprivacy.cli.exits import (
     BUDGET,
     EXIT_CODES_HELP,
@@ -33,7 +33,6 @@ from dprivacy.errors import (
     DPrivacyError,
     PrivacyViolationError,
 )
-from dprivacy.local import cli as local_cli
 from dprivacy.service import serve as service_cli
 
 DESCRIPTION = """Design, verify and apply d_X-private Laplace mechanisms.
@@ -52,7 +51,7 @@ sum_k beta_k w_k |F_ki - F_kj| <= eps_ij for every constrained pair (i, j)."""
 #: ``register(subparsers)`` functions, one per subcommand, in the order --help lists them.
 COMMANDS: list[Callable[[argparse._SubParsersAction], object]] = [
     cmd_demo.register, cmd_design.register, cmd_verify.register, cmd_release.register,
-    cmd_reproduce.register, local_cli.register, service_cli.register,
+    cmd_reproduce.register, cmd_local.register, service_cli.register,
 ]
 
 

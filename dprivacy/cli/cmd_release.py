@@ -75,7 +75,7 @@ def _check_ledger_path(path: str) -> Path:
 def _open_budget(args: argparse.Namespace, metric_fingerprint: str) -> Any:
     """The durable accountant named ``--budget-name`` in ``--ledger`` (created with --budget)."""
     from dprivacy.accounting import Accountant
-    from dprivacy.tables.ledger import Ledger
+    from dprivacy.tables.budgets.ledger import Ledger
 
     where = f"--ledger {args.ledger!r} (budget {args.budget_name!r})"
     if args.budget is None and not Path(args.ledger).exists():

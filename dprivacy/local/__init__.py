@@ -6,8 +6,6 @@ d_X-locally-private ``T`` for a metric on the user's domain is a linear program
 (:func:`optimal_randomiser`). See docs/local.md and the README's local-model section.
 """
 
-from dprivacy.local.agent import UserAgent
-from dprivacy.local.budget import PersonalBudget
 from dprivacy.local.cost import (
     DXCheck,
     check_dx,
@@ -19,11 +17,13 @@ from dprivacy.local.cost import (
     sequential_cost,
     validate_stochastic,
 )
+from dprivacy.local.device.agent import UserAgent
+from dprivacy.local.device.budget import PersonalBudget
+from dprivacy.local.device.policy import PublicPolicy
+from dprivacy.local.device.sandbox import Outcome, Sandbox, SandboxUnavailableError
 from dprivacy.local.dx_randomiser import OptimalRandomiser, optimal_randomiser
-from dprivacy.local.policy import PublicPolicy
 from dprivacy.local.query import Code, Query
 from dprivacy.local.randomiser import MatrixRandomiser, ProductRandomiser, Randomiser, randomiser_from_json
-from dprivacy.local.sandbox import Outcome, Sandbox, SandboxUnavailableError
 
 __all__ = [
     "Code", "DXCheck", "MatrixRandomiser", "OptimalRandomiser", "Outcome", "PersonalBudget",

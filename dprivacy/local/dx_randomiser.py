@@ -1,7 +1,7 @@
 """User-facing optimal d_X-local randomiser for a universe and a dprivacy metric.
 
 ``optimal_randomiser(U, M)`` takes the budget matrix ``eps = M.budget(U)`` and solves the LP of
-:mod:`dprivacy.local.optimal` (Bordenabe et al., CCS 2014), optionally on a greedy spanner
+:mod:`solvers.channels.optimal` (Bordenabe et al., CCS 2014), optionally on a greedy spanner
 (budget divided by its dilation). The result is checked over all triples before it is returned.
 Privacy condition: ``T[x, z] <= exp(eps[x, x']) T[x', z]`` for all x, x', z.
 """
@@ -16,9 +16,9 @@ from scipy.spatial.distance import cdist
 
 from dprivacy.errors import PrivacyViolationError, ValidationError
 from dprivacy.local.cost import DXCheck, check_dx
-from dprivacy.local.optimal import LPResult, solve_dx_lp
 from dprivacy.local.randomiser import MatrixRandomiser
-from dprivacy.local.spanner import greedy_spanner
+from solvers.channels.optimal import LPResult, solve_dx_lp
+from solvers.channels.spanner import greedy_spanner
 
 __all__ = ["OptimalRandomiser", "optimal_randomiser"]
 

@@ -42,7 +42,7 @@ def _error(status: int, body: Any) -> DPrivacyError:
     if status == 403:
         return AccessDeniedError(msg)
     if name == "NotRowwiseError":
-        from dprivacy.tables.engine import NotRowwiseError
+        from dprivacy.tables.relations.engine import NotRowwiseError
 
         return NotRowwiseError(msg)
     if name == "BudgetExceededError":

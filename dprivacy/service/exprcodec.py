@@ -16,7 +16,7 @@ operation classes named in :data:`WIRE_OPS`, with its Ibis argument names. An ar
 | "-inf"}`` or a JSON scalar. Nothing else can be expressed: no Python code, no table, no
 attribute lookup. The server rebuilds the graph from these classes only, on its own public
 table, and the table then checks it again against the engine's row-wise allow-list and makes it
-total (see :mod:`dprivacy.tables.engine`).
+total (see :mod:`dprivacy.tables.relations.engine`).
 
 **Bounded per-row cost.** :func:`check_cost` bounds, without any data, how much longer than the
 record's own longest string or array a value can get: ``len(out) <= g * L + c``. Concatenation

@@ -84,7 +84,7 @@ class Owner:
         else:
             budget = s.budget_column if s.budget_column is not None else s.budget
             assert budget is not None
-            from dprivacy.tables.engine import BudgetTable
+            from dprivacy.tables.budgets.budget_table import BudgetTable
 
             self.budgets[s.name] = BudgetTable(self.cfg.state_dir / f"proper-{s.name}.duckdb")
             self.proper[s.name] = ProPerTable(self.raw[s.name], budget,

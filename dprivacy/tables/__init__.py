@@ -1,18 +1,21 @@
 """PINQ and ProPer tables: global and personal budgets, provenance, a durable budget ledger.
 
-:class:`Queryable` (PINQ: one global budget, stability-tracked transformations),
-:class:`ProPerTable` (ProPer, POPL'15: personal budgets, provenance, silent dropping),
-:class:`Ledger` / :class:`MemoryLedger` (budget stores), :mod:`.sampling` (sampling with
-probabilistic stability, PST'16), :mod:`.live` (ProPer's insert/delete/update/refresh) and
-:mod:`.multiset` (the multiset semantics of ProPer's provenance).
+Three places (see docs/architecture.md):
 
-The records live in a :class:`~dprivacy.tables.relation.Relation`: pandas in memory (analyst code
-is a Python callable of one record, :mod:`.rowwise`), or DuckDB / Spark through Ibis
-(:mod:`.engine`; analyst code is a row-wise Ibis expression). Noise comes from OpenDP's secure
-samplers unless the data owner fixes ``noise_seed`` (:mod:`.randomness`).
+* the front-ends an analyst meets, at this level: :class:`Queryable` (PINQ: one global budget,
+  stability-tracked transformations, :mod:`.pinq`), :class:`ProPerTable` (ProPer, POPL'15:
+  personal budgets, provenance, silent dropping, :mod:`.proper`), the noisy queries they share
+  (:mod:`.queries`, :mod:`.aggregations`), d_X histogram releases (:mod:`.dx`), sampling with
+  probabilistic stability (PST'16, :mod:`.sampling`) and ProPer's live data (:mod:`.live`);
+* :mod:`.relations`, where the records live: the :class:`Relation` protocol, pandas in memory
+  (analyst code is a Python callable of one record) or DuckDB / Spark through Ibis
+  (:mod:`.relations.engine`; analyst code is a row-wise Ibis expression);
+* :mod:`.budgets`, where budgets live: the ledger protocol and its stores (:class:`Ledger` on
+  SQLite, :class:`MemoryLedger`, the engine's budget table) and PINQ's budget agents.
 
-Names are imported lazily (PEP 562), so a process that only needs the ledger (e.g. a worker
-charging a shared SQLite file) does not pay for pandas and OpenDP.
+Noise comes from OpenDP's secure samplers unless the data owner fixes ``noise_seed``
+(:mod:`.randomness`). Names are imported lazily (PEP 562), so a process that only needs the
+ledger (e.g. a worker charging a shared SQLite file) does not pay for pandas and OpenDP.
 
 **What in-process Python cannot guarantee.** These classes are for simulations and trusted
 analysts. They run analyst functions only after the charge and map every failure (any
@@ -33,21 +36,21 @@ from typing import Any
 _WHERE = {
     "Queryable": "pinq",
     "ProPerTable": "proper",
-    "Ledger": "ledger",
-    "MemoryLedger": "memory_ledger",
-    "BudgetLedger": "ledger",
-    "Charge": "ledger",
-    "BudgetAgent": "agents",
-    "LedgerBudgetAgent": "durable",
-    "UnaryAgent": "agents",
-    "SigmaAgent": "agents",
-    "BinaryAgent": "agents",
-    "PartitionAgent": "agents",
+    "Ledger": "budgets.ledger",
+    "MemoryLedger": "budgets.memory_ledger",
+    "BudgetLedger": "budgets.ledger",
+    "Charge": "budgets.ledger",
+    "BudgetAgent": "budgets.agents",
+    "LedgerBudgetAgent": "budgets.durable",
+    "UnaryAgent": "budgets.agents",
+    "SigmaAgent": "budgets.agents",
+    "BinaryAgent": "budgets.agents",
+    "PartitionAgent": "budgets.agents",
     "NoiseSource": "randomness",
-    "Relation": "relation",
-    "PersonalBudgets": "relation",
-    "PandasRelation": "pandas_relation",
-    "Record": "rowwise",
+    "Relation": "relations.protocol",
+    "PersonalBudgets": "relations.protocol",
+    "PandasRelation": "relations.pandas_relation",
+    "Record": "relations.rowwise",
 }
 
 __all__ = list(_WHERE)

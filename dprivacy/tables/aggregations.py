@@ -38,7 +38,7 @@ from dprivacy.errors import ValidationError
 from dprivacy.tables import quantiles
 from dprivacy.tables.params import eps_arg, frac_arg, range_arg
 from dprivacy.tables.randomness import NoiseSource
-from dprivacy.tables.relation import Relation, ValueSpec
+from dprivacy.tables.relations.protocol import Relation, ValueSpec
 
 __all__ = ["Plan", "ScorePlan", "count_plan", "sum_plan", "average_plan", "order_statistic_plan",
            "exponential_plan", "value_spec"]

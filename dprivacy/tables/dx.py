@@ -26,21 +26,18 @@ counted (ProPer), or the global budget covers s·max_i c_i before anything is co
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Hashable
+from typing import Any, Protocol, cast
 
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
 from dprivacy.errors import ShapeError, ValidationError
-from dprivacy.tables import rowwise
-from dprivacy.tables.agents import charge
-from dprivacy.tables.relation import ElementCosts, Relation
-from dprivacy.tables.rowwise import sealed
-
-if TYPE_CHECKING:
-    from dprivacy.tables.pinq import Queryable
-    from dprivacy.tables.proper import ProPerTable
+from dprivacy.tables.budgets.agents import Agent, charge
+from dprivacy.tables.relations import rowwise
+from dprivacy.tables.relations.protocol import ElementCosts, Relation
+from dprivacy.tables.relations.rowwise import sealed
 
 __all__ = ["element_costs", "PinqHistogram", "ProPerHistogram"]
 
@@ -131,6 +128,30 @@ class _Plan:
         return ElementCosts(self.keys, self.elements.assign(cost=self.costs))
 
 
+class _PinqLike(Protocol):
+    """What a PINQ histogram reads of its :class:`~dprivacy.tables.pinq.Queryable`."""
+
+    _agent: Agent
+    _rel: Relation
+    _noise: Any
+
+    @property
+    def columns(self) -> list[Hashable]: ...
+
+    def cost(self, eps: float) -> float: ...
+
+
+class _ProPerLike(Protocol):
+    """What a ProPer histogram reads of its :class:`~dprivacy.tables.proper.ProPerTable`."""
+
+    _noise: Any
+
+    @property
+    def columns(self) -> list[Hashable]: ...
+
+    def _eligible(self, eps: float, element_costs: ElementCosts | None = None) -> Relation: ...
+
+
 def _check_on_unknown(on_unknown: str) -> str:
     if on_unknown != "drop":
         raise ValidationError(
@@ -143,7 +164,7 @@ def _check_on_unknown(on_unknown: str) -> str:
 class PinqHistogram:
     """A PINQ table seen as a histogram over ``universe``; only noisy releases leave it."""
 
-    def __init__(self, table: Queryable, universe: Any, on_unknown: str = "drop") -> None:
+    def __init__(self, table: _PinqLike, universe: Any, on_unknown: str = "drop") -> None:
         self._table = table
         self.universe = universe
         self.on_unknown = _check_on_unknown(on_unknown)
@@ -173,7 +194,7 @@ class PinqHistogram:
 class ProPerHistogram:
     """A ProPer table seen as a histogram over ``universe``, with per-record charges."""
 
-    def __init__(self, table: ProPerTable, universe: Any, on_unknown: str = "drop") -> None:
+    def __init__(self, table: _ProPerLike, universe: Any, on_unknown: str = "drop") -> None:
         self._table = table
         self.universe = universe
         self.on_unknown = _check_on_unknown(on_unknown)

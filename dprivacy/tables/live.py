@@ -28,9 +28,9 @@ import numpy as np
 import pandas as pd
 
 from dprivacy.errors import UnknownRecordError, UnsupportedOperationError, ValidationError
-from dprivacy.tables import rowwise
-from dprivacy.tables.ledger import to_units
-from dprivacy.tables.pandas_relation import PandasRelation, as_frame
+from dprivacy.tables.budgets.ledger import to_units
+from dprivacy.tables.relations import rowwise
+from dprivacy.tables.relations.pandas_relation import PandasRelation, as_frame
 
 __all__ = ["LiveData"]
 

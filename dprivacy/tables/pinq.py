@@ -1,6 +1,6 @@
 """PINQ: a protected table behind one global budget (PINQ, McSherry 2009; FW-PINQ, Ebadi et al.).
 
-A :class:`Queryable` holds a :class:`~dprivacy.tables.relation.Relation` (records in pandas,
+A :class:`Queryable` holds a :class:`~dprivacy.tables.relations.protocol.Relation` (records in pandas,
 DuckDB or Spark); data leaves it only through noisy aggregations. Every transformation returns a
 new Queryable whose budget agent scales the charge by the transformation's stability: Where /
 Select 1, SelectMany(k) k, GroupBy 2, bounded Join 2·bound of the other side, Concat / Union /
@@ -15,7 +15,7 @@ on the data).
 
 Analyst code is row-wise: on pandas a Python callable of ONE read-only record
 (``t.where(lambda r: r["age"] > 17)``, ``t.select(band=lambda r: r["age"] // 10)``), applied
-one record at a time and made total (see :mod:`dprivacy.tables.rowwise`); on DuckDB / Spark an
+one record at a time and made total (see :mod:`dprivacy.tables.relations.rowwise`); on DuckDB / Spark an
 Ibis expression (``t.where(_.age > 17)``) inspected by the row-wise checker. Every argument is
 checked before anything is charged, and nothing after the charge can raise because of the data.
 
@@ -34,7 +34,7 @@ import pandas as pd
 
 from dprivacy.errors import ValidationError
 from dprivacy.tables import aggregations as agg
-from dprivacy.tables.agents import (
+from dprivacy.tables.budgets.agents import (
     Agent,
     BinaryAgent,
     BudgetAgent,
@@ -43,14 +43,15 @@ from dprivacy.tables.agents import (
     charge,
     cost,
 )
-from dprivacy.tables.dispatch import relation_for
-from dprivacy.tables.durable import LedgerBudgetAgent
-from dprivacy.tables.ledger import Ledger
+from dprivacy.tables.budgets.durable import LedgerBudgetAgent
+from dprivacy.tables.budgets.ledger import Ledger
+from dprivacy.tables.dx import PinqHistogram
 from dprivacy.tables.params import count_arg, eps_arg
 from dprivacy.tables.queries import NoisyQueries
 from dprivacy.tables.randomness import NoiseSource
-from dprivacy.tables.relation import Relation
-from dprivacy.tables.rowwise import sealed
+from dprivacy.tables.relations.dispatch import relation_for
+from dprivacy.tables.relations.protocol import Relation
+from dprivacy.tables.relations.rowwise import sealed
 from dprivacy.tables.transform_args import (
     column_list,
     group_aggs,
@@ -261,6 +262,4 @@ class Queryable(NoisyQueries):
     # ------------------------------------------------------------------ d_X on tables
     def histogram(self, universe: Any, on_unknown: str = "drop") -> Any:
         """The table mapped onto ``universe`` as a protected histogram (see :mod:`.dx`)."""
-        from dprivacy.tables.dx import PinqHistogram
-
         return PinqHistogram(self, universe, on_unknown)

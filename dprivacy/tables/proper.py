@@ -36,19 +36,20 @@ import pandas as pd
 
 from dprivacy.errors import UnsupportedOperationError, ValidationError
 from dprivacy.tables import aggregations as agg
-from dprivacy.tables.agents import BudgetAgent
-from dprivacy.tables.dispatch import check_backend, is_pandas
-from dprivacy.tables.ledger import BudgetLedger
+from dprivacy.tables.budgets.agents import BudgetAgent
+from dprivacy.tables.budgets.ledger import BudgetLedger
+from dprivacy.tables.budgets.memory_ledger import MemoryLedger
+from dprivacy.tables.budgets.proper_budgets import LedgerBudgets
+from dprivacy.tables.dx import ProPerHistogram
 from dprivacy.tables.live import LiveData
-from dprivacy.tables.memory_ledger import MemoryLedger
-from dprivacy.tables.pandas_relation import PandasRelation
 from dprivacy.tables.params import count_arg, eps_arg
 from dprivacy.tables.pinq import Queryable
-from dprivacy.tables.proper_budgets import LedgerBudgets
 from dprivacy.tables.queries import NoisyQueries
 from dprivacy.tables.randomness import NoiseSource
-from dprivacy.tables.relation import ElementCosts, Relation
-from dprivacy.tables.rowwise import sealed
+from dprivacy.tables.relations.dispatch import check_backend, is_pandas
+from dprivacy.tables.relations.pandas_relation import PandasRelation
+from dprivacy.tables.relations.protocol import ElementCosts, Relation
+from dprivacy.tables.relations.rowwise import sealed
 from dprivacy.tables.transform_args import (
     column_list,
     partition_keys,
@@ -58,7 +59,7 @@ from dprivacy.tables.transform_args import (
 )
 
 if TYPE_CHECKING:
-    from dprivacy.tables.engine import BudgetTable
+    from dprivacy.tables.budgets.budget_table import BudgetTable
 
 __all__ = ["ProPerTable"]
 
@@ -83,7 +84,8 @@ class ProPerTable(LiveData, NoisyQueries):
             value per row.
         ledger: where budgets live. pandas: a :class:`MemoryLedger` (the default) or a durable
             SQLite :class:`~dprivacy.tables.Ledger` shared between processes; engines: None (in
-            memory), the path of a DuckDB file, or a ``dprivacy.tables.engine.BudgetTable``.
+            memory), the path of a DuckDB file, or a
+            ``dprivacy.tables.budgets.budget_table.BudgetTable``.
             The ledger is the data owner's handle: the table exposes no attribute that returns
             it (its remaining budgets show who matched a filter), so an owner who wants to read
             or top up budgets passes the ledger here and keeps it. In-process Python cannot stop
@@ -132,22 +134,24 @@ class ProPerTable(LiveData, NoisyQueries):
             self._rel: Relation = PandasRelation(data.iloc[0:0], np.empty(0, np.int64))
             self.insert(data, budget, id_column=id_column, _existing="keep")
         else:
-            from dprivacy.tables import engine
+            from dprivacy.tables.budgets import budget_table, engine_budgets
+            from dprivacy.tables.relations import engine
 
             if not isinstance(budget, (str, numbers.Real)):
                 raise ValidationError(
                     f"budget is a {type(budget).__name__}: per-row budget sequences are "
                     "supported on the pandas backend only; on an engine give one number or the "
                     "name of a budget column")
-            if ledger is not None and not isinstance(ledger, (engine.BudgetTable, str,
+            if ledger is not None and not isinstance(ledger, (budget_table.BudgetTable, str,
                                                               os.PathLike)):
                 raise ValidationError(
                     f"ledger is a {type(ledger).__name__}: the engine backends keep budgets in "
-                    "a dprivacy.tables.engine.BudgetTable (or give the path of its DuckDB file)")
+                    "a dprivacy.tables.budgets.budget_table.BudgetTable (or give the path of its "
+                    "DuckDB file)")
             rel = engine.relation_from(data, None if name == "engine" else name,
                                        id_column=id_column)
             b = budget if isinstance(budget, str) else float(budget)
-            self._rel, self._budgets = engine.proper_budgets(rel, b, ledger=ledger,
+            self._rel, self._budgets = engine_budgets.proper_budgets(rel, b, ledger=ledger,
                                                              id_column=id_column)
             self._ledger = self._budgets
 
@@ -292,6 +296,4 @@ class ProPerTable(LiveData, NoisyQueries):
     # ------------------------------------------------------------------ d_X on tables
     def histogram(self, universe: Any, on_unknown: str = "drop") -> Any:
         """The table mapped onto ``universe`` as a protected histogram (see :mod:`.dx`)."""
-        from dprivacy.tables.dx import ProPerHistogram
-
         return ProPerHistogram(self, universe, on_unknown)

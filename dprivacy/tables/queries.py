@@ -19,8 +19,8 @@ from typing import Any
 from dprivacy.tables import aggregations as agg
 from dprivacy.tables.params import eps_arg
 from dprivacy.tables.randomness import NoiseSource
-from dprivacy.tables.relation import Relation, ValueSpec
-from dprivacy.tables.rowwise import sealed
+from dprivacy.tables.relations.protocol import Relation, ValueSpec
+from dprivacy.tables.relations.rowwise import sealed
 
 __all__ = ["NoisyQueries"]
 

@@ -2,7 +2,7 @@
 
 A sampler RS is σ-probabilistically stable if M∘RS is σ(ε)-DP for every ε-DP M (PST'16 Def. 5).
 Each operator here returns a PINQ :class:`~dprivacy.tables.Queryable` whose agent is a
-:class:`~dprivacy.tables.agents.SigmaAgent`: queries of total accuracy E on the sample cost
+:class:`~dprivacy.tables.budgets.agents.SigmaAgent`: queries of total accuracy E on the sample cost
 σ(E) upstream (σ's composed from the mechanism back to the source).
 
 Costs (PST'16 §4; [R] marks a corrected form of a garbled formula of the paper):
@@ -32,11 +32,11 @@ import math
 from collections.abc import Callable
 
 from dprivacy.errors import ValidationError
-from dprivacy.tables.agents import PartitionAgent, SigmaAgent
+from dprivacy.tables.budgets.agents import PartitionAgent, SigmaAgent
 from dprivacy.tables.params import count_arg, prob_arg
 from dprivacy.tables.pinq import Queryable
-from dprivacy.tables.relation import Relation
-from dprivacy.tables.rowwise import quietly
+from dprivacy.tables.relations.protocol import Relation
+from dprivacy.tables.relations.rowwise import quietly
 
 __all__ = [
     "sigma_take",

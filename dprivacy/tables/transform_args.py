@@ -11,7 +11,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 from dprivacy.errors import ValidationError
-from dprivacy.tables.rowwise import clean
+from dprivacy.tables.relations.rowwise import clean
 
 __all__ = ["select_exprs", "select_many_columns", "column_list", "group_aggs",
            "partition_keys", "same_columns", "GROUP_AGGS"]

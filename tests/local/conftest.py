@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dprivacy.local.sandbox import Sandbox
+from dprivacy.local.device.sandbox import Sandbox
 from tests.local.sandbox_support import make_sandbox
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from dprivacy.local.sandbox import Sandbox, SandboxUnavailableError, bwrap_path
+from dprivacy.local.device.sandbox import Sandbox, SandboxUnavailableError, bwrap_path
 
 
 def make_sandbox(**kwargs: Any) -> Sandbox:

@@ -151,7 +151,10 @@ def test_pre_processing_for_dx_needs_non_expansive_pre() -> None:
 
 
 def test_cli_cost(tmp_path, capsys) -> None:
-    from dprivacy.local.cli import main
+    from dprivacy.cli import main as cli_main
+
+    def main(argv: list[str]) -> int:
+        return cli_main(["local", *argv])
 
     t = tmp_path / "T.csv"
     np.savetxt(t, [[0.75, 0.25], [0.25, 0.75]], delimiter=",")
@@ -172,7 +175,7 @@ def test_cli_cost(tmp_path, capsys) -> None:
 def test_register_adds_local_command() -> None:
     import argparse
 
-    from dprivacy.local.cli import register
+    from dprivacy.cli.cmd_local import register
 
     p = argparse.ArgumentParser()
     register(p.add_subparsers(dest="command"))

@@ -10,8 +10,8 @@ import dprivacy as dp
 from dprivacy.local.baselines import exponential_randomiser, planar_laplace_loss
 from dprivacy.local.cost import check_dx
 from dprivacy.local.dx_randomiser import optimal_randomiser
-from dprivacy.local.optimal import solve_dx_lp
-from dprivacy.local.spanner import greedy_spanner, spanner_dilation
+from solvers.channels.optimal import solve_dx_lp
+from solvers.channels.spanner import greedy_spanner, spanner_dilation
 
 
 def _triples_ok(T: np.ndarray, eps: np.ndarray) -> bool:  # noqa: N803
@@ -111,8 +111,8 @@ def test_column_generation_stopped_early_is_still_private(grid) -> None:
 
 def test_pricing_certificate_bounds_later_pricings() -> None:
     """A skipped output's bound (value + min(rc + h - g)) never exceeds its exact pricing value."""
-    from dprivacy.local.dantzig_wolfe import _Pricer
-    from dprivacy.local.optimal import constraint_pairs
+    from solvers.channels.dantzig_wolfe import _Pricer
+    from solvers.channels.optimal import constraint_pairs
 
     rng = np.random.default_rng(5)
     pts = rng.uniform(0, 4, size=(12, 2))
@@ -136,8 +136,8 @@ def test_dual_box_changes_the_path_not_the_optimum(box: float, caplog) -> None:
     must widen it, not stop), and with the default box: the same certified optimum."""
     import logging
 
-    from dprivacy.local.dantzig_wolfe import dantzig_wolfe
-    from dprivacy.local.optimal import constraint_pairs
+    from solvers.channels.dantzig_wolfe import dantzig_wolfe
+    from solvers.channels.optimal import constraint_pairs
 
     rng = np.random.default_rng(11)
     pts = rng.uniform(0, 5, size=(12, 2))
@@ -145,7 +145,7 @@ def test_dual_box_changes_the_path_not_the_optimum(box: float, caplog) -> None:
     eps = 0.6 * d
     x, y, b = constraint_pairs(eps)
     direct = solve_dx_lp(eps, d, method="direct")
-    with caplog.at_level(logging.DEBUG, logger="dprivacy.local.dantzig_wolfe"):
+    with caplog.at_level(logging.DEBUG, logger="solvers.channels.dantzig_wolfe"):
         r = dantzig_wolfe(d / 12, eps, x, y, b, box=box)
     assert r.status == "Optimal"
     assert r.objective == pytest.approx(direct.lp_objective, rel=1e-7)
@@ -166,8 +166,8 @@ def test_dual_box_changes_the_path_not_the_optimum(box: float, caplog) -> None:
 def test_purging_idle_columns_keeps_the_optimum(purge_age: int | None) -> None:
     """Columns idle for one round leave the master (many purges) and the certified optimum is
     the one without purging and the direct LP's."""
-    from dprivacy.local.dantzig_wolfe import dantzig_wolfe
-    from dprivacy.local.optimal import constraint_pairs
+    from solvers.channels.dantzig_wolfe import dantzig_wolfe
+    from solvers.channels.optimal import constraint_pairs
 
     rng = np.random.default_rng(2)
     pts = rng.uniform(0, 6, size=(16, 2))

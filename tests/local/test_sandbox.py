@@ -138,7 +138,7 @@ def test_padding_hides_a_pre_killed_at_its_bound(tmp_path: Path) -> None:
     With padding, both replies take ``t + PAD_SLACK`` (the kill at the bound is hidden), so the
     analyst's clock cannot tell the users apart beyond scheduling jitter.
     """
-    from dprivacy.local.sandbox import PAD_SLACK
+    from dprivacy.local.device.sandbox import PAD_SLACK
 
     cats = list("ab")
     T = MatrixRandomiser(rr_matrix(1.0, 2), inputs=cats, outputs=cats)  # noqa: N806

@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 from dprivacy.local import Code, PersonalBudget, Query, UserAgent
+from dprivacy.local.aggregator.client import collect, poll_once, publish, run_server, simulate_users
+from dprivacy.local.aggregator.server import create_app
 from dprivacy.local.case_studies import (
     duchi_estimate,
     duchi_query,
@@ -20,8 +22,6 @@ from dprivacy.local.case_studies import (
     warner_estimate,
     warner_query,
 )
-from dprivacy.local.client import collect, poll_once, publish, run_server, simulate_users
-from dprivacy.local.server import create_app
 from tests.local.sandbox_support import make_sandbox
 
 pytestmark = pytest.mark.timeout(120)
@@ -115,7 +115,10 @@ def test_simulate_is_reproducible_across_threads(capsys) -> None:
     build the users in (each user's seed is drawn up front)."""
     import json
 
-    from dprivacy.local.cli import main
+    from dprivacy.cli import main as cli_main
+
+    def main(argv: list[str]) -> int:
+        return cli_main(["local", *argv])
 
     outs = []
     for workers in ("1", "3", "3"):

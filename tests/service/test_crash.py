@@ -81,7 +81,7 @@ def test_sigkill_releases_nothing_uncharged_and_budgets_survive(tmp_path: Path):
     n_pinq, n_proper = answered["pinq"], answered["proper"]
 
     from dprivacy.tables import Ledger
-    from dprivacy.tables.engine import BudgetTable
+    from dprivacy.tables.budgets.budget_table import BudgetTable
 
     state = tmp_path / "service.state"
     led = Ledger(state / "pinq.sqlite")

@@ -140,7 +140,7 @@ def test_the_same_refusal_whatever_the_data(start):
 
 
 def test_codec_round_trip_and_wire_ops_are_engine_rowwise():
-    from dprivacy.tables.engine import rowwise
+    from dprivacy.tables.relations.engine import rowwise
 
     names = {c.__name__ for c in rowwise.ALLOWED}
     assert WIRE_OPS <= names

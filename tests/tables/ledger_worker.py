@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from dprivacy.tables.ledger import Ledger
+from dprivacy.tables.budgets.ledger import Ledger
 
 
 def kill_mode(db: str, out: str, start: int, stop: int) -> None:

@@ -102,7 +102,7 @@ class SlowBudget:
     """A budget agent whose reads of ``_remaining`` take 2 ms (the check-then-debit window)."""
 
     def __new__(cls, budget):
-        from dprivacy.tables.agents import BudgetAgent
+        from dprivacy.tables.budgets.agents import BudgetAgent
 
         class _Slow(BudgetAgent):
             @property

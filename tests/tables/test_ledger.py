@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from dprivacy.errors import UnknownRecordError, ValidationError
-from dprivacy.tables.ledger import UNIT, Ledger, scalar_units, to_units
-from dprivacy.tables.memory_ledger import MemoryLedger
+from dprivacy.tables.budgets.ledger import UNIT, Ledger, scalar_units, to_units
+from dprivacy.tables.budgets.memory_ledger import MemoryLedger
 from tests import sigkill
 
 ROOT = str(Path(__file__).resolve().parents[2])

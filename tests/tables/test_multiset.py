@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dprivacy.tables import ProPerTable
-from dprivacy.tables.multiset import (
+from dprivacy.tables.relations.multiset import (
     BOTTOM,
     apply,
     compose,

@@ -66,7 +66,7 @@ def test_query_beyond_the_durable_budget_raises_and_charges_nothing(tmp_path, mo
     t = Queryable(DF, 1.0, ledger=db)
     t.noisy_sum(0.7, "a", 0.0, 60.0)
     computed = []
-    from dprivacy.tables.pandas_relation import PandasRelation
+    from dprivacy.tables.relations.pandas_relation import PandasRelation
 
     real = PandasRelation.count
     monkeypatch.setattr(PandasRelation, "count", lambda self: computed.append(1) or real(self))

@@ -10,8 +10,8 @@ import pytest
 
 from dprivacy.errors import UnknownRecordError, ValidationError
 from dprivacy.tables import Ledger, ProPerTable
-from dprivacy.tables.engine import BudgetTable
-from dprivacy.tables.pandas_relation import PandasRelation
+from dprivacy.tables.budgets.budget_table import BudgetTable
+from dprivacy.tables.relations.pandas_relation import PandasRelation
 
 DF = pd.DataFrame({"pid": [3, 4], "a": [1.0, 2.0]})
 

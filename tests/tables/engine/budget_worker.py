@@ -12,7 +12,9 @@ import time
 import numpy as np
 import pandas as pd
 
-from dprivacy.tables.engine import BudgetTable, proper_budgets, relation_from
+from dprivacy.tables.budgets.budget_table import BudgetTable
+from dprivacy.tables.budgets.engine_budgets import proper_budgets
+from dprivacy.tables.relations.engine import relation_from
 
 N = 20
 

@@ -16,7 +16,7 @@ def spark():
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("Spark needs a Java runtime: none on PATH and JAVA_HOME unset "
                     "(install one, e.g. the distribution's openjdk-17-jre-headless)")
-    from dprivacy.tables.engine import local_session
+    from dprivacy.tables.relations.engine import local_session
 
     logging.getLogger("py4j").setLevel(logging.ERROR)
     session = local_session(2)

@@ -12,7 +12,7 @@ import pytest
 
 from dprivacy.errors import ValidationError
 from dprivacy.tables import ProPerTable, Queryable
-from dprivacy.tables.engine import BudgetTable
+from dprivacy.tables.budgets.budget_table import BudgetTable
 
 DF = pd.DataFrame({
     "id": [10, 11, 12, 13, 14, 15, 16, 17],

@@ -17,8 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dprivacy.tables.engine import BudgetTable, proper_budgets, relation_from
-from dprivacy.tables.ledger import scalar_units
+from dprivacy.tables.budgets.budget_table import BudgetTable
+from dprivacy.tables.budgets.engine_budgets import proper_budgets
+from dprivacy.tables.budgets.ledger import scalar_units
+from dprivacy.tables.relations.engine import relation_from
 from tests.sigkill import run_with_random_kills
 
 ROOT = str(Path(__file__).resolve().parents[3])

@@ -18,8 +18,8 @@ from ibis import _
 from ibis.common.deferred import Deferred
 
 from dprivacy.errors import UnsupportedOperationError, ValidationError
-from dprivacy.tables.engine import NotRowwiseError, relation_from
-from dprivacy.tables.engine.rowwise import ALLOWED, public_table, resolve_rowwise
+from dprivacy.tables.relations.engine import NotRowwiseError, relation_from
+from dprivacy.tables.relations.engine.rowwise import ALLOWED, public_table, resolve_rowwise
 
 OTHER = ibis.table({"y": "int64"}, name="other_secret_table")
 

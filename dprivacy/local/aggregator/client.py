@@ -1,0 +1,107 @@
+"""User agents and analysts talking to the aggregator over HTTP (httpx).
+
+:func:`poll_once` fetches the queries a user has not seen, answers each with
+:meth:`UserAgent.handle` (Algorithm 1, on the device) and posts the replies; :func:`run_agent`
+repeats it. :func:`publish` and :func:`collect` are the analyst's side. :func:`run_server` starts
+uvicorn on a socket in a background thread (tests, simulations, ``dprivacy local simulate``).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from dprivacy.local.device.agent import UserAgent
+from dprivacy.local.query import Query
+
+__all__ = ["ServerThread", "collect", "poll_once", "publish", "run_agent", "run_server", "simulate_users"]
+
+
+def publish(client: Any, query: Query) -> None:
+    """Publish ``query`` (raises httpx.HTTPStatusError if the server refuses it)."""
+    client.post("/queries", json=query.to_dict()).raise_for_status()
+
+
+def collect(client: Any, qid: str) -> list[dict[str, Any]]:
+    """The replies collected for query ``qid``."""
+    r = client.get(f"/replies/{qid}")
+    r.raise_for_status()
+    return list(r.json()["replies"])
+
+
+def poll_once(client: Any, agent: UserAgent, after: int = 0) -> int:
+    """Answer the queries published after position ``after``; returns the new position."""
+    r = client.get("/queries", params={"after": after})
+    r.raise_for_status()
+    body = r.json()
+    for q in body["queries"]:
+        reply = agent.handle(q)
+        client.post("/replies", json=reply).raise_for_status()
+    return int(body["next"])
+
+
+def run_agent(client: Any, agent: UserAgent, *, interval: float = 1.0, polls: int | None = None,
+              stop: Callable[[], bool] | None = None) -> int:
+    """Poll every ``interval`` seconds (``polls`` times, or until ``stop()``); returns the position."""
+    after, k = 0, 0
+    while (polls is None or k < polls) and not (stop is not None and stop()):
+        after = poll_once(client, agent, after)
+        k += 1
+        if polls is None or k < polls:
+            time.sleep(interval)
+    return after
+
+
+class ServerThread:
+    """uvicorn serving ``app`` on ``host`` (a free port) in a daemon thread; ``url``; ``stop()``."""
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
+        import uvicorn
+
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((host, port))
+        self.url = f"http://{host}:{self.sock.getsockname()[1]}"
+        config = uvicorn.Config(app, log_level="warning", access_log=False)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
+                                       daemon=True)
+        self.thread.start()
+        t0 = time.monotonic()
+        while not self.server.started:
+            if time.monotonic() - t0 > 20 or not self.thread.is_alive():
+                raise RuntimeError("the aggregator did not start")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self.sock.close()
+
+
+def run_server(app: Any, host: str = "127.0.0.1", port: int = 0) -> ServerThread:
+    """Start :class:`ServerThread` and return it."""
+    return ServerThread(app, host, port)
+
+
+def simulate_users(url: str, users: Sequence[Any], make_agent: Callable[[Any], UserAgent], *,
+                   workers: int = 2, timeout: float = 60.0) -> int:
+    """Simulated devices: each worker thread builds the agents of its share of ``users`` (an
+    agent's ledger connection belongs to its thread) and answers the published queries once
+    through its own HTTP client. Returns the number of users served."""
+    import httpx
+
+    shares = [list(users[k::workers]) for k in range(workers)]
+
+    def device(share: list[Any]) -> int:
+        with httpx.Client(base_url=url, timeout=timeout) as c:
+            for u in share:
+                poll_once(c, make_agent(u))
+        return len(share)
+
+    with ThreadPoolExecutor(workers) as pool:
+        return sum(pool.map(device, shares))

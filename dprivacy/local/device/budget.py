@@ -1,0 +1,111 @@
+"""A user's durable personal budget (``totalCost`` of Paper IV Alg. 1) on the SQLite ledger.
+
+One user holds named budgets in a :class:`dprivacy.tables.Ledger` file: a total budget, optional
+per-field budgets (heterogeneous privacy) and optional per-event budgets (event-level privacy),
+Paper IV §3.3. A query is charged its cost on every budget that covers it, in one
+all-or-nothing ledger transaction: either all pay and the charge is committed before any data
+is touched, or nothing is charged and the query is refused.
+
+Privacy condition: the total loss of a user is at most their total budget; the loss about one
+field (one event) is at most that field's (event's) budget.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from dprivacy.errors import ValidationError
+from dprivacy.tables.budgets.ledger import Ledger
+
+__all__ = ["PersonalBudget"]
+
+
+def _budget(name: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise ValidationError(f"{name} = {v!r}: a budget is a finite number >= 0")
+    return float(v)
+
+
+class PersonalBudget:
+    """Named budgets of one user, charged atomically.
+
+    Parameters
+    ----------
+    ledger : Ledger or path
+        The durable store (a path creates/opens an SQLite ledger file).
+    user : str
+        The user's id (prefix of the budget names).
+    total : float or None
+        Budget on the user's whole data (None: no total budget).
+    per_field : mapping field -> budget, optional
+    per_event : float or None
+        Budget of every event (each event name gets its own budget).
+
+    Examples
+    --------
+    >>> b = PersonalBudget(":memory:", "u1", total=1.0)
+    >>> b.try_charge(0.6, fields=("x",)), b.try_charge(0.6, fields=("x",))
+    (True, False)
+    >>> round(b.remaining()["total"], 9)
+    0.4
+    """
+
+    def __init__(self, ledger: Ledger | str | os.PathLike, user: str, *, total: float | None = None,
+                 per_field: Mapping[str, float] | None = None, per_event: float | None = None) -> None:
+        if not isinstance(user, str) or not user or "/" in user:
+            raise ValidationError(f"user = {user!r}: a non-empty id without '/'")
+        self.ledger = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
+        self.user = user
+        self.total = None if total is None else _budget("total", total)
+        self.per_field = {str(k): _budget(f"per_field[{k!r}]", v) for k, v in (per_field or {}).items()}
+        self.per_event = None if per_event is None else _budget("per_event", per_event)
+        if self.total is None and not self.per_field and self.per_event is None:
+            raise ValidationError("give a total, per-field or per-event budget (else the loss is unbounded)")
+        self._ids: dict[str, int] = {}
+        if self.total is not None:
+            self._id("total", self.total)
+        for f, v in self.per_field.items():
+            self._id(f"field/{f}", v)
+
+    def _id(self, name: str, budget: float) -> int:
+        if name not in self._ids:
+            self._ids[name] = self.ledger.named_record(f"{self.user}/{name}", budget)
+        return self._ids[name]
+
+    def covering(self, fields: tuple[str, ...], event: str | None) -> list[str]:
+        """Names of the budgets a query on ``fields`` (about ``event``) is charged to."""
+        names = ["total"] if self.total is not None else []
+        names += [f"field/{f}" for f in fields if f in self.per_field]
+        if event is not None and self.per_event is not None:
+            names.append(f"event/{event}")
+        return names
+
+    def try_charge(self, cost: float, *, fields: tuple[str, ...], event: str | None = None,
+                   label: str | None = None) -> bool:
+        """Charge ``cost`` to every covering budget, all or nothing; True iff charged (committed).
+
+        A query covered by no budget, or with an infinite or invalid cost, is refused (False).
+        """
+        if not (isinstance(cost, (int, float)) and math.isfinite(cost) and cost >= 0):
+            return False
+        names = self.covering(tuple(fields), event)
+        if not names:
+            return False
+        ids = []
+        for n in names:
+            if n.startswith("event/"):
+                assert self.per_event is not None
+                ids.append(self._id(n, self.per_event))
+            else:
+                ids.append(self._ids[n])
+        ch = self.ledger.charge(ids, float(cost), all_or_nothing=True, label=label)
+        return bool(ch.ok.all())
+
+    def remaining(self) -> dict[str, float]:
+        """Remaining budget of every named budget opened so far."""
+        names = list(self._ids)
+        rem: Any = self.ledger.remaining([self._ids[n] for n in names]) if names else []
+        return {n: float(r) for n, r in zip(names, rem, strict=True)}

@@ -1,0 +1,132 @@
+"""Exact aggregates of an :class:`~dprivacy.tables.relations.engine.relation.IbisRelation`, computed in the
+engine and returned to the driver as Python numbers (the driver adds the noise).
+
+Every aggregate is total: values are ``TRY_CAST`` to float64 (a non-number, NULL or NaN counts as
+the midpoint (lo + hi)/2, or as 0 for exponential-mechanism scores), clamped to [lo, hi] (±inf
+too), an empty relation gives 0, and a sum saturates at ±1e308. So an aggregate raises only for
+reasons that depend on the expression, never on the records; the ``check_*`` methods of the
+relation surface those before the charge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import ibis
+import ibis.expr.types as ir
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from dprivacy.errors import ValidationError
+from dprivacy.tables.relations.engine.backends import as_float_array
+from dprivacy.tables.relations.engine.plan import PID, IbisPlan
+from dprivacy.tables.relations.protocol import ElementCosts
+
+__all__ = ["count", "clamped_sum", "clamped_values", "score_sums", "group_counts",
+           "id_multiplicities", "id_costs", "value_expr", "score_exprs"]
+
+_SAT = 1e308
+
+
+def _as_float(v: ir.Value) -> ir.FloatingValue | None:
+    t = v.type()
+    if t.is_numeric() or t.is_boolean() or t.is_string():
+        return v.try_cast("float64")
+    return None
+
+
+def _clamp(v: ir.Value, lo: float, hi: float, default: float) -> ir.FloatingValue:
+    d = _as_float(v)
+    if d is None:  # a type with no numeric reading: every record counts as the default
+        return ibis.literal(float(default), "float64")
+    return ibis.cases((d.isnull() | d.isnan(), float(default)), else_=d.clip(float(lo), float(hi)))
+
+
+def value_expr(rel: IbisPlan, value: Any, lo: float, hi: float) -> ir.FloatingValue:
+    """The clamped float64 value of each record (NULL, NaN, non-numbers -> midpoint)."""
+    if value is None:
+        cols = rel.columns
+        if len(cols) != 1:
+            raise ValidationError(f"the table has {len(cols)} columns: pass the value (a column "
+                                  "name or an expression)")
+        value = cols[0]
+    return _clamp(rel.expr(value, "value"), lo, hi, (float(lo) + float(hi)) / 2)
+
+
+def count(rel: IbisPlan) -> int:
+    """|rel| (exact)."""
+    n = rel.engine.scalar(rel.table.count())
+    return int(n or 0)
+
+
+def clamped_sum(rel: IbisPlan, value: Any, lo: float, hi: float) -> float:
+    """Σ clamp(v, lo, hi), saturated at ±1e308; 0 for an empty relation."""
+    v = value_expr(rel, value, lo, hi)
+    s = rel.engine.scalar(rel.table.select(v=v).v.sum())
+    if s is None or not np.isfinite(float(s)):
+        return 0.0 if s is None or np.isnan(float(s)) else float(np.clip(float(s), -_SAT, _SAT))
+    return float(np.clip(float(s), -_SAT, _SAT))
+
+
+def clamped_values(rel: IbisPlan, value: Any, lo: float, hi: float) -> np.ndarray:
+    """The clamped values (any order) as a float array."""
+    v = value_expr(rel, value, lo, hi)
+    return as_float_array(rel.engine.arrow(rel.table.select(v=v)))
+
+
+def score_exprs(rel: IbisPlan, score: Any, candidates: Sequence[Any]) -> list[ir.Value]:
+    """Per-candidate clamped score expressions ``clamp(score(t, c), 0, 1)`` (non-number -> 0)."""
+    if not callable(score):
+        raise ValidationError("score must be a function (t, c) -> row-wise expression, e.g. "
+                              "`lambda t, c: (t.city == c).cast('float64')`")
+    out = []
+    for i, c in enumerate(candidates):
+        e = rel.expr(lambda t, c=c: score(t, c), f"score(candidate {i})")
+        out.append(_clamp(e, 0.0, 1.0, 0.0))
+    return out
+
+
+def score_sums(rel: IbisPlan, score: Any, candidates: Sequence[Any]) -> np.ndarray:
+    """For each candidate, Σ_records clamp(score(t, c), 0, 1)."""
+    exprs = score_exprs(rel, score, candidates)
+    if not exprs:
+        return np.zeros(0)
+    agg = rel.table.aggregate(**{f"s{i}": e.sum() for i, e in enumerate(exprs)})
+    row = rel.engine.arrow(agg).to_pylist()
+    vals = row[0] if row else {}
+    return np.array([float(vals.get(f"s{i}") or 0.0) for i in range(len(exprs))])
+
+
+def group_counts(rel: IbisPlan, columns: Sequence[str]) -> pd.DataFrame:
+    """Exact GROUP BY ``columns`` with a ``count`` column."""
+    cols = list(columns)
+    g = rel.table.group_by(cols).aggregate(count=lambda t: t.count())
+    out = rel.engine.pandas(g)
+    out["count"] = out["count"].astype(np.int64)
+    return out[[*cols, "count"]]
+
+
+def id_multiplicities(rel: IbisPlan) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, record counts) for the ids >= 0 present."""
+    t = rel.table
+    g = t.filter(t[PID] >= 0).group_by(PID).aggregate(n=lambda x: x.count())
+    at = rel.engine.arrow(g)
+    return _int_col(at, PID), _int_col(at, "n")
+
+
+def id_costs(rel: IbisPlan, costs: ElementCosts) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, Σ element cost of their records) for the ids >= 0 present."""
+    t = rel.table
+    ct = rel.public(costs.table[[*costs.columns, "cost"]]).table.drop(PID)
+    j = t.filter(t[PID] >= 0).join(ct, list(costs.columns))
+    g = j.group_by(PID).aggregate(c=lambda x: x.cost.sum())
+    at = rel.engine.arrow(g)
+    return _int_col(at, PID), np.asarray(at.column("c").to_numpy(zero_copy_only=False), float)
+
+
+def _int_col(at: pa.Table, name: str) -> np.ndarray:
+    if at.num_rows == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.asarray(at.column(name).to_numpy(zero_copy_only=False), dtype=np.int64)

@@ -1,0 +1,11 @@
+"""Optimal d_X-local randomisers as linear programs (numerical only; never imports dprivacy).
+
+* :mod:`.optimal`: :func:`~solvers.channels.optimal.solve_dx_lp`, the LP over the channel
+  ``T`` (direct, cutting planes, or column generation);
+* :mod:`.dantzig_wolfe`: the column-generation master and pricing;
+* :mod:`.lp_parts`: the HiGHS model pieces both methods share;
+* :mod:`.spanner`: greedy metric spanners (fewer privacy constraints, bounded dilation).
+
+The user-facing wrapper that takes a metric and returns a randomiser is
+:func:`dprivacy.local.optimal_randomiser`.
+"""

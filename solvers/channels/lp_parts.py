@@ -1,0 +1,54 @@
+"""Pieces shared by the two HiGHS methods for the optimal randomiser LP.
+
+:func:`solvers.channels.optimal._cutting_planes` (one LP in all N² variables) and
+:mod:`solvers.channels.dantzig_wolfe` (a master over rays plus one pricing LP per output) build
+their HiGHS models, their pair rows ``v[i] - exp(b) v[j] <= 0`` and their starting pair sets the
+same way; this module holds those three pieces once.
+
+numpy/highspy only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["new_highs", "add_ratio_rows", "nearest_pairs"]
+
+
+def new_highs(threads: int | None = None) -> Any:
+    """A silent HiGHS model with feasibility tolerances of 1e-10 (``threads``: HiGHS's own
+    thread count, default HiGHS's choice)."""
+    import highspy
+
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("primal_feasibility_tolerance", 1e-10)
+    h.setOptionValue("dual_feasibility_tolerance", 1e-10)
+    if threads is not None:
+        h.setOptionValue("threads", threads)
+    return h
+
+
+def add_ratio_rows(h: Any, i: np.ndarray, j: np.ndarray, eb: np.ndarray) -> None:
+    """Add the rows ``v[i[k]] - eb[k] · v[j[k]] <= 0`` (column indices ``i``, ``j``) to ``h``."""
+    k = i.size
+    if k == 0:
+        return
+    idx = np.empty(2 * k, dtype=np.int32)
+    idx[0::2], idx[1::2] = i, j
+    val = np.empty(2 * k)
+    val[0::2], val[1::2] = 1.0, -eb
+    h.addRows(k, np.full(k, -np.inf), np.zeros(k), 2 * k, np.arange(0, 2 * k, 2, dtype=np.int32),
+              idx, val)
+
+
+def nearest_pairs(eps: np.ndarray, neighbours: int) -> np.ndarray:
+    """Boolean (N, N): x and x' are among each other's ``neighbours`` nearest inputs (either way)."""
+    n = eps.shape[0]
+    k = min(neighbours, n - 1)
+    order = np.argsort(np.where(np.eye(n, dtype=bool), np.inf, eps), axis=1)[:, :k]
+    near = np.zeros((n, n), dtype=bool)
+    near[np.repeat(np.arange(n), k), order.ravel()] = True
+    return near | near.T
