@@ -44,7 +44,7 @@ __all__ = ["element_costs", "PinqHistogram", "ProPerHistogram"]
 
 def element_costs(workload: Any, design: Any) -> np.ndarray:
     """c_i = Σ_k u_k |F_ki| for every element i: the add/remove privacy loss of one record at i."""
-    from dprivacy import Workload
+    from dprivacy.workload import Workload
 
     if not isinstance(workload, Workload):
         workload = Workload(workload)
@@ -69,7 +69,9 @@ class _Plan:
 
     def __init__(self, workload: Any, design: Any, universe: Any, metric: Any,
                  columns: list[Any]) -> None:
-        from dprivacy import Design, DXLaplace, Workload
+        from dprivacy.design import Design
+        from dprivacy.mechanisms.laplace import DXLaplace
+        from dprivacy.workload import Workload
 
         F = workload.F if isinstance(workload, Workload) else workload
         # scipy-stubs has no csr_array overload for (any sparse input, dtype=float): cast as in

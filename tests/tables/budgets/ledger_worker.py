@@ -1,6 +1,6 @@
 """Process bodies for the ledger crash and race tests (not a test module).
 
-Run in fresh interpreters (``python -m tests.tables.ledger_worker kill|race ...``): SQLite state
+Run in fresh interpreters (``python -m tests.tables.budgets.ledger_worker kill|race ...``): SQLite state
 must not be inherited through ``fork()``.
 """
 

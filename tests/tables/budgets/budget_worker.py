@@ -1,6 +1,6 @@
 """Process bodies for the BudgetTable crash and race tests (not a test module).
 
-Run in fresh interpreters: ``python -m tests.tables.engine.budget_worker kill|race ...``.
+Run in fresh interpreters: ``python -m tests.tables.budgets.budget_worker kill|race ...``.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from dprivacy.tables.budgets.ledger import UNIT, Ledger, scalar_units, to_units
 from dprivacy.tables.budgets.memory_ledger import MemoryLedger
 from tests import sigkill
 
-ROOT = str(Path(__file__).resolve().parents[2])
+ROOT = str(Path(__file__).resolve().parents[3])
 ENV = {**os.environ, "PYTHONPATH": ROOT}
 
 
@@ -81,8 +81,8 @@ def _db_state(path: Path) -> tuple[dict, dict, set]:
 
 
 def _worker(*args: str) -> subprocess.Popen:
-    """A fresh interpreter running tests/tables/ledger_worker.py; returns once it is ready."""
-    proc = subprocess.Popen([sys.executable, "-m", "tests.tables.ledger_worker", *args],
+    """A fresh interpreter running tests/tables/budgets/ledger_worker.py; returns once it is ready."""
+    proc = subprocess.Popen([sys.executable, "-m", "tests.tables.budgets.ledger_worker", *args],
                             cwd=ROOT, env=ENV, stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
     return proc

@@ -11,7 +11,7 @@ import pytest
 
 from dprivacy.errors import BudgetExceededError, UnknownRecordError, ValidationError
 from dprivacy.tables import Ledger, LedgerBudgetAgent, ProPerTable, Queryable
-from tests.tables.test_ledger import _worker, run_with_random_kills
+from tests.tables.budgets.test_ledger import _worker, run_with_random_kills
 
 DF = pd.DataFrame({"a": np.arange(60)})
 
