@@ -24,7 +24,7 @@ LAYERS = {
     "dprivacy.service": 5, "dprivacy.remote": 5,
     "dprivacy.mechanisms": 4, "dprivacy.accounting": 4, "dprivacy.tables": 4, "dprivacy.local": 4,
     "dprivacy.design": 3, "dprivacy.workload": 3, "dprivacy.metrics": 3, "dprivacy.group": 3,
-    "dprivacy.data": 3,
+    "dprivacy.data": 3, "dprivacy.plotting": 3, "dprivacy.local.cost": 3,
     "dprivacy.universe": 2, "dprivacy.noise": 2, "dprivacy.fingerprints": 2, "dprivacy._atomic": 2,
     "dprivacy.errors": 1, "dprivacy._version": 1,
     "solvers": 0,

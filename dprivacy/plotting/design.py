@@ -9,17 +9,37 @@ closest cities with the most different query coefficients).
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from dprivacy.plotting._mpl import figure, save
 
 if TYPE_CHECKING:
-    from dprivacy.design import Design
     from dprivacy.metrics.base import Metric
     from dprivacy.universe import Universe
     from dprivacy.workload import Workload
+
+
+class DesignLike(Protocol):
+    """What a picture reads of a :class:`dprivacy.Design` (the design module calls this one
+    from ``Design.plot``, so this one does not import it)."""
+
+    @property
+    def beta(self) -> np.ndarray: ...
+
+    @property
+    def method(self) -> str: ...
+
+    @property
+    def loss(self) -> str: ...
+
+    @property
+    def u(self) -> np.ndarray: ...
+
+    @property
+    def noise_scale(self) -> np.ndarray: ...
+
 
 #: A pair binds when its loss is at least this fraction of its budget.
 BINDING = 1 - 1e-6
@@ -31,7 +51,7 @@ ANNOTATED = 3
 MAX_BARS = 40
 
 
-def binding_pairs(design: Design, workload: Workload, universe: Universe, metric: Metric, *,
+def binding_pairs(design: DesignLike, workload: Workload, universe: Universe, metric: Metric, *,
                   max_pairs: int = 200, threshold: float = BINDING
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The pairs (i, j) whose privacy constraint binds, loss >= ``threshold`` x eps_ij (default
@@ -71,7 +91,7 @@ def _positions(universe: Universe, metric: Metric) -> tuple[np.ndarray, str, str
     return np.c_[np.cos(angle), np.sin(angle)], "", ""
 
 
-def plot_design(design: Design, workload: Workload, universe: Universe, metric: Metric, *,
+def plot_design(design: DesignLike, workload: Workload, universe: Universe, metric: Metric, *,
                 path: str | os.PathLike | None = None, max_pairs: int = 200) -> Any:
     """Two panels: the Laplace noise scale of every query, designed (1/β_k) against the ε_min-DP
     baseline (ΔF/ε_min, log scale, annotated with IF_k), and the universe's elements with the
@@ -97,7 +117,7 @@ def plot_design(design: Design, workload: Workload, universe: Universe, metric: 
     return save(fig, path)
 
 
-def _noise_panel(ax: Any, design: Design, workload: Workload, universe: Universe,
+def _noise_panel(ax: Any, design: DesignLike, workload: Workload, universe: Universe,
                  metric: Metric) -> None:
     eps_min, dF = metric.eps_min(universe), workload.sensitivity()
     baseline = dF / eps_min
@@ -122,7 +142,7 @@ def _noise_panel(ax: Any, design: Design, workload: Workload, universe: Universe
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), fontsize=8, ncol=2)
 
 
-def _pairs_panel(ax: Any, design: Design, workload: Workload, universe: Universe,
+def _pairs_panel(ax: Any, design: DesignLike, workload: Workload, universe: Universe,
                  metric: Metric, max_pairs: int) -> None:
     from matplotlib.collections import LineCollection
     from matplotlib.colors import Normalize
