@@ -26,7 +26,7 @@ def _is_store(v, led):
     if v is led or isinstance(v, BudgetLedger):
         return True
     try:
-        from dprivacy.tables.relations.engine import BudgetTable
+        from dprivacy.tables.budgets.budget_table import BudgetTable
     except ImportError:  # pragma: no cover
         return False
     return isinstance(v, BudgetTable)
@@ -62,7 +62,7 @@ def test_the_owner_reads_budgets_through_the_handle_it_passed():
 
 def test_engine_table_exposes_no_budget_table():
     pytest.importorskip("duckdb")
-    from dprivacy.tables.relations.engine import BudgetTable
+    from dprivacy.tables.budgets.budget_table import BudgetTable
 
     df = pd.DataFrame({"pid": np.arange(6), "x": np.linspace(-1, 1, 6), "g": np.arange(6) % 2})
     bt = BudgetTable()
