@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dprivacy.errors import UnsupportedOperationError, ValidationError
 from dprivacy.service.exprcodec import encode
@@ -20,9 +20,14 @@ from dprivacy.service.plan import PLAN_VERSION
 if TYPE_CHECKING:
     import pandas as pd
 
-    from dprivacy.remote.session import Session
-
 __all__ = ["RemoteTable"]
+
+
+class _Requester(Protocol):
+    """What a remote table needs of its :class:`~dprivacy.remote.Session` (which creates the
+    tables, so this module does not import it): one authenticated request."""
+
+    def request(self, method: str, path: str, body: Any = None) -> Any: ...
 
 
 def _py(v: Any) -> Any:
@@ -55,7 +60,7 @@ class RemoteTable:
         schema: ``[[column, ibis type], ...]`` of this table.
     """
 
-    def __init__(self, session: Session, plan: dict[str, Any], kind: str,
+    def __init__(self, session: _Requester, plan: dict[str, Any], kind: str,
                  schema: list[list[str]]) -> None:
         self._session = session
         self._plan = plan

@@ -36,6 +36,7 @@ import numpy as np
 
 from dprivacy.errors import ValidationError
 from dprivacy.tables.params import range_arg, real
+from dprivacy.tables.relations.ranks import counts_from_sorted
 
 __all__ = ["DEFAULT_GRID", "MAX_CANDIDATES", "ALPHA_DENOMINATOR", "candidates_arg", "alpha",
            "scores", "counts_from_sorted", "score_scale", "choose"]
@@ -89,14 +90,6 @@ def alpha(frac: float) -> tuple[int, int]:
     """``frac`` as (num, den): the nearest fraction with den ≤ :data:`ALPHA_DENOMINATOR`."""
     f = Fraction(frac).limit_denominator(ALPHA_DENOMINATOR)
     return f.numerator, f.denominator
-
-
-def counts_from_sorted(values: np.ndarray, cands: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(#{v < c}, #{v = c}) per candidate c from the values (any order), exactly."""
-    v = np.sort(np.asarray(values, dtype=float))
-    lt = np.searchsorted(v, cands, side="left")
-    le = np.searchsorted(v, cands, side="right")
-    return lt.astype(np.int64), (le - lt).astype(np.int64)
 
 
 def scores(lt: Sequence[int] | np.ndarray, eq: Sequence[int] | np.ndarray, n: int, num: int,

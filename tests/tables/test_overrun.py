@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from dprivacy.tables import overrun
+from dprivacy.tables.relations import overrun
 from tests.tables.leak_harness import assert_indistinguishable, pinq_pair, proper_pair
 
 EPS = 0.5

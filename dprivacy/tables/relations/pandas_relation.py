@@ -30,6 +30,7 @@ import pandas as pd
 from dprivacy.errors import ValidationError
 from dprivacy.tables.relations import rowwise
 from dprivacy.tables.relations.protocol import ElementCosts, Relation, SampleKind, ValueSpec
+from dprivacy.tables.relations.ranks import counts_from_sorted
 
 __all__ = ["PandasRelation", "as_frame"]
 
@@ -412,8 +413,6 @@ class PandasRelation:
 
     def rank_counts(self, value: ValueSpec, lo: float, hi: float, candidates: np.ndarray
                     ) -> tuple[np.ndarray, np.ndarray, int]:
-        from dprivacy.tables.quantiles import counts_from_sorted
-
         v = self.clamped_values(value, lo, hi)
         lt, eq = counts_from_sorted(v, candidates)
         return lt, eq, int(v.size)

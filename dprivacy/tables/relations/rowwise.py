@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dprivacy.tables import overrun
+from dprivacy.tables.relations import overrun
 
 __all__ = ["Record", "records", "clean", "number", "predicate_mask", "map_values", "flat_map",
            "float_values", "score_sums", "quiet", "quietly", "sealed"]
@@ -129,7 +129,7 @@ def _call(f: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
     of stopping the query.) ``f`` should also do the post-processing of the result (sanitising,
     reading list items): analyst objects run code there too (``__getitem__`` of an ndarray
     subclass, ``__eq__`` of a dict key, a deeply nested tuple). A call that overruns the time
-    limit of :mod:`dprivacy.tables.overrun` is stopped and counts as one that raised."""
+    limit of :mod:`dprivacy.tables.relations.overrun` is stopped and counts as one that raised."""
     try:
         overrun.started()
         try:
