@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from dprivacy.tables.budgets.ledger import _MAX_UNITS, scalar_units
-from dprivacy.tables.relations.engine.plan import PID
+from dprivacy.tables.relations.engine.ibis_plan import PID
 
 if TYPE_CHECKING:
     from dprivacy.tables.relations.engine.relation import IbisRelation

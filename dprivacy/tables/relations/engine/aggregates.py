@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from dprivacy.errors import ValidationError
 from dprivacy.tables.relations.engine.backends import as_float_array
-from dprivacy.tables.relations.engine.plan import PID, IbisPlan
+from dprivacy.tables.relations.engine.ibis_plan import PID, IbisPlan
 from dprivacy.tables.relations.protocol import ElementCosts
 
 __all__ = ["count", "clamped_sum", "clamped_values", "score_sums", "group_counts",

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from dprivacy.tables.relations.engine.aggregates import value_expr
-from dprivacy.tables.relations.engine.plan import IbisPlan
+from dprivacy.tables.relations.engine.ibis_plan import IbisPlan
 
 __all__ = ["rank_counts"]
 

@@ -37,7 +37,7 @@ from ibis.common.deferred import Deferred
 from dprivacy.errors import DPrivacyError, ValidationError
 from dprivacy.tables.relations.engine import aggregates, setops
 from dprivacy.tables.relations.engine.backends import Engine
-from dprivacy.tables.relations.engine.plan import PID
+from dprivacy.tables.relations.engine.ibis_plan import PID
 from dprivacy.tables.relations.engine.rowwise import needs_guard, public_table, rebind, resolve_rowwise
 from dprivacy.tables.relations.protocol import ElementCosts, Relation
 

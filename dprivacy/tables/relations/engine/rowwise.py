@@ -23,7 +23,7 @@ rewrites the checked expression so that no record can make it raise: casts becom
 float64 and cast back with ``TRY_CAST`` (out of range -> NULL), and a zero divisor of ``/ // %``
 gives NULL. Operations that can fail in other ways (string repetition and padding, shifts, date
 arithmetic, integer ranges, regular expressions) are simply not on the list. Engines add their
-own layer (the compiled SQL's casts are ``TRY_CAST`` too; see :mod:`.plan`).
+own layer (the compiled SQL's casts are ``TRY_CAST`` too).
 
 Examples:
     >>> import ibis

@@ -24,7 +24,7 @@ import ibis.expr.types as ir
 
 from dprivacy.errors import UnsupportedOperationError, ValidationError
 from dprivacy.tables.relations.engine.backends import DuckEngine, SparkEngine, fresh_name
-from dprivacy.tables.relations.engine.plan import PID, IbisPlan
+from dprivacy.tables.relations.engine.ibis_plan import PID, IbisPlan
 
 __all__ = ["group_by", "distinct", "setop", "bounded_join", "take", "skip", "sample"]
 
