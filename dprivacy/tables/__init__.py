@@ -19,7 +19,7 @@ ledger (e.g. a worker charging a shared SQLite file) does not pay for pandas and
 
 **What in-process Python cannot guarantee.** These classes are for simulations and trusted
 analysts. They run analyst functions only after the charge and map every failure (any
-exception, BaseException included, or an overrun of :data:`.overrun.CALL_TIME_LIMIT`) to a
+exception, BaseException included, or an overrun of :data:`.relations.overrun.CALL_TIME_LIMIT`) to a
 documented default, lock budgets against threads and give no attribute returning a ProPer ledger;
 but code running in the same process can still reach the records and budgets by introspection
 (private attributes, frames, the garbage collector, the shared DuckDB connection or Spark
