@@ -10,6 +10,9 @@ numpy/highspy only.
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
 from typing import Any
 
 import numpy as np
@@ -20,15 +23,45 @@ __all__ = ["new_highs", "add_ratio_rows", "nearest_pairs"]
 def new_highs(threads: int | None = None) -> Any:
     """A silent HiGHS model with feasibility tolerances of 1e-10 (``threads``: HiGHS's own
     thread count, default HiGHS's choice)."""
-    import highspy
-
-    h = highspy.Highs()
+    h = _highs_without_banner()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("primal_feasibility_tolerance", 1e-10)
     h.setOptionValue("dual_feasibility_tolerance", 1e-10)
     if threads is not None:
         h.setOptionValue("threads", threads)
     return h
+
+
+_BANNER_LOCK = threading.Lock()
+_banner_done = False
+
+
+def _highs_without_banner() -> Any:
+    """``highspy.Highs()``, with the C-level stdout sent to /dev/null while the first one of the
+    process is built: HiGHS prints its copyright banner there once per process, whatever its
+    options, and it would spill into a command's normal output."""
+    global _banner_done
+    import highspy
+
+    with _BANNER_LOCK:
+        if _banner_done:
+            return highspy.Highs()
+        try:
+            sys.stdout.flush()
+            saved = os.dup(1)
+        except (OSError, ValueError):  # no usable fd 1: nothing to protect
+            _banner_done = True
+            return highspy.Highs()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, 1)
+            h = highspy.Highs()
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+            os.close(devnull)
+        _banner_done = True
+        return h
 
 
 def add_ratio_rows(h: Any, i: np.ndarray, j: np.ndarray, eb: np.ndarray) -> None:
