@@ -56,7 +56,7 @@ def test_a_local_spark_session_starts_quietly() -> None:
     pytest.importorskip("pyspark")
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("Spark needs a Java runtime: none on PATH and JAVA_HOME unset")
-    out = _run("from dprivacy.tables.engine import local_session\n"
+    out = _run("from dprivacy.tables.relations.engine import local_session\n"
                "s = local_session(1)\nprint(s.range(3).count())\ns.stop()\n", timeout=600)
     assert out.returncode == 0, out.stderr
     assert out.stdout == "3\n"
