@@ -143,3 +143,43 @@ def test_analyst_functions_run_only_after_the_charge(name):
     n = len(seen)
     derived.noisy_count(0.25)  # computed once, kept: f does not run again
     assert len(seen) == n
+
+
+DEEP_PROGRAMS = {
+    "group_by": lambda t: t.group_by("name").noisy_count(EPS),
+    "distinct": lambda t: t.distinct().noisy_count(EPS),
+    "partition": lambda t: t.partition(["p1"], "name")["p1"].noisy_count(EPS),
+    "join": lambda t: t.join(t, 1, on="name").noisy_count(EPS),
+    "union": lambda t: t.union(t).noisy_count(EPS),
+    "except": lambda t: t.except_(t.where(lambda r: True)).noisy_count(EPS),
+    "count_by": lambda t: t.count_by(["p1"], "name", EPS),
+}
+
+
+@pytest.mark.parametrize("kind", [list, tuple])
+@pytest.mark.parametrize("name", list(DEEP_PROGRAMS))
+def test_a_deeply_nested_value_in_the_targets_record(kind, name):
+    """The target's own data holds a value nested 100 000 deep: hashing or printing it in the
+    library's grouping, joins and set operations must not raise RecursionError."""
+    from tests.tables.leak_harness import target
+
+    v = kind()
+    for _ in range(100_000):
+        v = kind([v])
+    a, b = pinq_pair(contained(DEEP_PROGRAMS[name]), tgt=target(name=v))
+    assert a.error is None and b.error is None, b.error
+
+
+def test_a_deeply_nested_value_with_proper_public_tables():
+    import pandas as pd
+
+    from tests.tables.leak_harness import target
+
+    v = []
+    for _ in range(100_000):
+        v = [v]
+    pub = pd.DataFrame({"name": ["p1", "p2"], "zone": [1, 2]})
+    for prog in (lambda p: p.join_public(pub, "name").noisy_count(EPS),
+                 lambda p: p.exclude(pub[["name"]], ["name"]).noisy_count(EPS)):
+        a, b = proper_pair(contained(prog), tgt=target(name=v))
+        assert a.error is None and b.error is None, b.error

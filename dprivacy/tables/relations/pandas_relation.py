@@ -60,12 +60,21 @@ def as_frame(df: Any) -> pd.DataFrame:
     return df.reset_index(drop=True)
 
 
+_OPAQUE = "<dprivacy: a value with no usable hash or repr>"
+
+
 def _hashable(v: Any) -> Any:
+    """``v`` if it hashes, else its repr, else one fixed string: total on any data value (a
+    deeply nested list in one record must not raise RecursionError)."""
     try:
         hash(v)
         return v
-    except TypeError:
+    except BaseException:  # noqa: BLE001 - TypeError, RecursionError, anything
+        pass
+    try:
         return repr(v)
+    except BaseException:  # noqa: BLE001
+        return _OPAQUE
 
 
 def _safe(df: pd.DataFrame, cols: Sequence[Hashable]) -> pd.DataFrame:
