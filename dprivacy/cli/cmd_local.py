@@ -157,7 +157,8 @@ def _add(sub: Any) -> None:
     s.add_argument("--per-field", default=None,
                    help='budgets per field, JSON, e.g. {"age": 0.5} (default: only the total)')
     s.add_argument("--per-event", type=float, default=None,
-                   help="budget per event (a query's event label), default none")
+                   help="budget per event (a query's event label; needs --budget, since the "
+                   "analyst chooses the labels), default none")
     s.add_argument("--fields", nargs="*", default=None,
                    help="the fields offered to queries (default all fields of --data)")
     s.add_argument("--max-cost", type=float, default=math.inf,

@@ -6,12 +6,22 @@ Paper IV §3.3. A query is charged its cost on every budget that covers it, in o
 all-or-nothing ledger transaction: either all pay and the charge is committed before any data
 is touched, or nothing is charged and the query is refused.
 
+A per-event budget needs a total budget: event names are the analyst's free choice, so per-event
+budgets alone would let an analyst spend a fresh budget per invented event (every query about an
+event is also charged to the total).
+
+Each answered query id is recorded in the same transaction as its charge
+(:meth:`PersonalBudget.charge_query`), and its reply afterwards (:meth:`PersonalBudget.store_reply`):
+an agent restarted on the same ledger, or a second agent process on it, neither charges a query
+again nor answers it a second time.
+
 Privacy condition: the total loss of a user is at most their total budget; the loss about one
 field (one event) is at most that field's (event's) budget.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Mapping
@@ -42,7 +52,7 @@ class PersonalBudget:
         Budget on the user's whole data (None: no total budget).
     per_field : mapping field -> budget, optional
     per_event : float or None
-        Budget of every event (each event name gets its own budget).
+        Budget of every event (each event name gets its own budget); needs ``total``.
 
     Examples
     --------
@@ -64,6 +74,10 @@ class PersonalBudget:
         self.per_event = None if per_event is None else _budget("per_event", per_event)
         if self.total is None and not self.per_field and self.per_event is None:
             raise ValidationError("give a total, per-field or per-event budget (else the loss is unbounded)")
+        if self.per_event is not None and self.total is None:
+            raise ValidationError(
+                "a per-event budget needs a total budget: event names are chosen by the analyst, so "
+                "without a total every new event name would bring a fresh budget")
         self._ids: dict[str, int] = {}
         if self.total is not None:
             self._id("total", self.total)
@@ -83,6 +97,16 @@ class PersonalBudget:
             names.append(f"event/{event}")
         return names
 
+    def _covering_ids(self, fields: tuple[str, ...], event: str | None) -> list[int]:
+        ids = []
+        for n in self.covering(tuple(fields), event):
+            if n.startswith("event/"):
+                assert self.per_event is not None
+                ids.append(self._id(n, self.per_event))
+            else:
+                ids.append(self._ids[n])
+        return ids
+
     def try_charge(self, cost: float, *, fields: tuple[str, ...], event: str | None = None,
                    label: str | None = None) -> bool:
         """Charge ``cost`` to every covering budget, all or nothing; True iff charged (committed).
@@ -91,18 +115,44 @@ class PersonalBudget:
         """
         if not (isinstance(cost, (int, float)) and math.isfinite(cost) and cost >= 0):
             return False
-        names = self.covering(tuple(fields), event)
-        if not names:
+        ids = self._covering_ids(fields, event)
+        if not ids:
             return False
-        ids = []
-        for n in names:
-            if n.startswith("event/"):
-                assert self.per_event is not None
-                ids.append(self._id(n, self.per_event))
-            else:
-                ids.append(self._ids[n])
         ch = self.ledger.charge(ids, float(cost), all_or_nothing=True, label=label)
         return bool(ch.ok.all())
+
+    def _key(self, qid: str) -> str:
+        return f"{self.user}/query/{qid}"
+
+    def charge_query(self, qid: str, cost: float, *, fields: tuple[str, ...],
+                     event: str | None = None, label: str | None = None) -> str:
+        """Charge query ``qid`` at most once: ``"charged"``, ``"refused"`` or ``"answered"``.
+
+        The query id is recorded in the ledger in the same transaction as the charge, so once
+        ``"charged"`` has been returned the id is answered for good (across restarts and
+        processes): a later call returns ``"answered"`` and charges nothing. A refused charge
+        records nothing (the query may be judged again)."""
+        if not (isinstance(cost, (int, float)) and math.isfinite(cost) and cost >= 0):
+            return "refused"
+        ids = self._covering_ids(fields, event)
+        if not ids:
+            return "refused"
+        ch = self.ledger.charge(ids, float(cost), all_or_nothing=True, label=label, key=self._key(qid))
+        if ch.repeated:
+            return "answered"
+        return "charged" if bool(ch.ok.all()) else "refused"
+
+    def answered(self, qid: str) -> tuple[bool, dict[str, Any] | None]:
+        """``(charged, reply)``: whether query ``qid`` was charged, and the reply stored for it
+        (None when the agent stopped between the charge and storing its reply)."""
+        got = self.ledger.keyed(self._key(qid))
+        if got is None:
+            return False, None
+        return True, (None if got[1] is None else json.loads(got[1]))
+
+    def store_reply(self, qid: str, reply: Mapping[str, Any]) -> None:
+        """Store the reply of charged query ``qid`` durably (replayed by :meth:`answered`)."""
+        self.ledger.note(self._key(qid), json.dumps(dict(reply), allow_nan=False))
 
     def remaining(self) -> dict[str, float]:
         """Remaining budget of every named budget opened so far."""

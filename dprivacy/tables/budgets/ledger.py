@@ -85,10 +85,12 @@ def scalar_units(x: float) -> int:
 @dataclass(frozen=True)
 class Charge:
     """The committed outcome of a charge: ``ok[i]`` iff record ``ids[i]`` paid; ``query_id``
-    names the logged charge (durable ledgers) or is None."""
+    names the logged charge (durable ledgers) or is None; ``repeated``: the charge's ``key`` had
+    been charged before, so nothing was charged this time."""
 
     ok: np.ndarray
     query_id: int | None
+    repeated: bool = False
 
 
 class BudgetLedger(ABC):
@@ -164,6 +166,7 @@ CREATE TABLE IF NOT EXISTS queries (query INTEGER PRIMARY KEY AUTOINCREMENT, lab
 CREATE TABLE IF NOT EXISTS charges (query INTEGER NOT NULL, id INTEGER NOT NULL,
     amount INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS keyed (key TEXT PRIMARY KEY, query INTEGER NOT NULL, note TEXT);
 INSERT OR IGNORE INTO meta VALUES ('next_id', 0);
 """
 
@@ -300,16 +303,26 @@ class Ledger(BudgetLedger):
 
     def charge(
         self, ids: Any, costs: Any, *, assume_unique: bool = False, label: str | None = None,
-        all_or_nothing: bool = False,
+        all_or_nothing: bool = False, key: str | None = None,
     ) -> Charge:
         """See :meth:`BudgetLedger.charge`. ``label`` is logged with the query.
         ``all_or_nothing``: if any record cannot pay, roll back and charge (and log) nothing;
-        the returned mask is then all False and ``query_id`` None (PINQ's global budgets)."""
+        the returned mask is then all False and ``query_id`` None (PINQ's global budgets).
+        ``key``: charge at most once per key. The key is recorded in the same transaction as the
+        charge, so a key charged before (by any process, before any restart) charges nothing and
+        returns ``repeated=True``; a refused charge records no key. See :meth:`keyed`."""
         a = ids_array(ids)
         c = cost_units(costs, a.size)
+        if key is not None and (not isinstance(key, str) or not key):
+            raise ValidationError(f"charge key = {key!r}: expected a non-empty string")
         db = self._db()
         db.execute("BEGIN IMMEDIATE")
         try:
+            if key is not None:
+                row = db.execute("SELECT query FROM keyed WHERE key=?", (key,)).fetchone()
+                if row is not None:
+                    db.execute("ROLLBACK")
+                    return Charge(np.zeros(a.size, dtype=bool), int(row[0]), repeated=True)
             db.execute("DELETE FROM temp.req")
             try:
                 db.executemany("INSERT INTO temp.req VALUES (?,?)", zip(a.tolist(), c.tolist(), strict=True))
@@ -342,12 +355,34 @@ class Ledger(BudgetLedger):
                 "UPDATE budgets SET remaining = budgets.remaining - r.cost FROM temp.req r "
                 "WHERE r.id = budgets.id AND budgets.remaining >= r.cost AND r.cost > 0"
             )
+            if key is not None:
+                db.execute("INSERT INTO keyed (key, query) VALUES (?, ?)", (key, qid))
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
             raise
         ok = np.isin(a, np.fromiter((p[0] for p in paid), dtype=np.int64, count=len(paid)))
         return Charge(ok, qid)
+
+    def keyed(self, key: str) -> tuple[int, str | None] | None:
+        """``(query_id, note)`` of the charge made with ``key``, or None if no charge has it."""
+        row = self._db().execute("SELECT query, note FROM keyed WHERE key=?", (key,)).fetchone()
+        return None if row is None else (int(row[0]), row[1])
+
+    def note(self, key: str, text: str) -> None:
+        """Store ``text`` with the charge made with ``key`` (durably; replaces an earlier note).
+
+        Raises :class:`UnknownRecordError` if no charge has that key."""
+        db = self._db()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            cur = db.execute("UPDATE keyed SET note=? WHERE key=?", (str(text), key))
+            if cur.rowcount != 1:
+                raise UnknownRecordError(f"no charge has the key {key!r}")
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
 
     def remaining(self, ids: Any) -> np.ndarray:
         a = ids_array(ids)
