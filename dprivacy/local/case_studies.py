@@ -6,11 +6,13 @@
 * Duchi et al.'s 1-D mean (the version fixed by Nguyễn et al.);
 * Harmony (Nguyễn et al.) for vectors in [-1, 1]^d.
 
-Each builder returns a :class:`Query`; each estimator takes the users' replies; each
-``*_variance`` is the closed-form variance of its estimator. :func:`simulate` runs the same
-``pre → domain enforcement → T → post`` steps as the agent (builtins only) for many users at
-once, for experiments and tests. Privacy condition: each query's cost is ``cost(T)`` (``eps`` for
-all five; RAPPOR's per-bit flip is set so that one-hot inputs cost ``eps``).
+Each builder returns a :class:`Query`; each estimator takes the users' post-processed replies
+(the devices reply T's outputs; :func:`dprivacy.local.postprocess.apply_post` runs the query's
+``post`` on them, on the analyst's side); each ``*_variance`` is the closed-form variance of its
+estimator. :func:`simulate` runs the device's ``pre → domain enforcement → T`` steps and then
+the analyst's ``post`` (builtins only) for many users at once, for experiments and tests.
+Privacy condition: each query's cost is ``cost(T)`` (``eps`` for all five; RAPPOR's per-bit flip
+is set so that one-hot inputs cost ``eps``).
 """
 
 from __future__ import annotations
@@ -204,7 +206,8 @@ def simulate(query: Query, records: Sequence[Mapping[str, Any]], rng: Any = None
     """Replies of many users to a builtin query, without budgets or transport.
 
     The steps are the agent's: ``pre`` on the listed fields, domain enforcement (a random element
-    of T's domain for an invalid value), ``T``, then ``post``; user ``i`` is named ``users[i]``
+    of T's domain for an invalid value), ``T``; then the analyst's ``post``, as
+    :func:`dprivacy.local.postprocess.apply_post` runs it; user ``i`` is named ``users[i]``
     (default ``"u{i}"``) for the public seed. For simulations only: real users run
     :class:`dprivacy.local.UserAgent`.
     """

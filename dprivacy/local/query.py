@@ -1,10 +1,12 @@
 """A PreTPost query ⟨t, pre, T, post⟩ (Paper IV §3) and its JSON form.
 
 ``pre`` and ``post`` are either *builtins* (functions shipped with dprivacy, named and
-parametrised; they run in the agent's process because they are the user's own code) or analyst
-*source code* (run only inside the sandbox). ``pre(data, params, seed)`` sees only the data fields
-the query lists in ``fields``; ``post(z, params, seed)`` sees only T's output and public values.
-``seed`` is public randomness shared by pre and post (Bassily–Smith, Paper IV Alg. 3).
+parametrised) or analyst *source code*. ``pre(data, params, seed)`` runs on the user's device
+(a builtin in the agent's process, analyst code only inside the sandbox) and sees only the data
+fields the query lists in ``fields``. ``post(z, params, seed)`` runs on the analyst's side
+(:func:`dprivacy.local.postprocess.apply_post`) on T's output ``z`` only: the device never runs
+it and replies ``z`` itself. ``seed`` is public randomness shared by pre and post (Bassily–Smith,
+Paper IV Alg. 3): user ``u`` gets ``derive_seed(seed, u)``.
 """
 
 from __future__ import annotations
@@ -84,12 +86,14 @@ class Query:
     T : Randomiser
         The matrix whose cost the user pays (Paper IV Def. 3).
     pre : Code
+        Runs on the device (sandboxed when it is analyst code).
     post : Code or None
-        None returns T's output itself.
+        Runs on the analyst's side on T's outputs (:func:`dprivacy.local.postprocess.apply_post`);
+        None keeps T's outputs. The device ignores it.
     t : float
-        Time bound of ``pre`` in seconds (also the padded run time of sandboxed code).
+        Time bound of ``pre`` in seconds (also the padded run time of the device's answer).
     memory_mb : int
-        Memory bound of sandboxed code.
+        Memory bound of a sandboxed ``pre`` (all its threads together).
     fields : tuple of str
         The data fields ``pre`` may read (the user's per-field budgets are charged for them).
     event : str or None
@@ -134,8 +138,8 @@ class Query:
 
     @property
     def needs_sandbox(self) -> bool:
-        """True when ``pre`` or ``post`` is analyst source code."""
-        return not self.pre.is_builtin or (self.post is not None and not self.post.is_builtin)
+        """True when ``pre`` is analyst source code (``post`` never runs on the device)."""
+        return not self.pre.is_builtin
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "T": self.T.to_dict(), "pre": self.pre.to_dict(),

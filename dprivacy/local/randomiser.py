@@ -50,6 +50,10 @@ class Randomiser:
         """True iff ``value`` is an input row of ``T``."""
         raise NotImplementedError
 
+    def has_output(self, value: Any) -> bool:
+        """True iff ``value`` is an output of ``T`` (what a device's reply may carry)."""
+        raise NotImplementedError
+
     def random_input(self, rng: np.random.Generator) -> Any:
         """A uniformly random element of the input domain."""
         raise NotImplementedError
@@ -105,6 +109,7 @@ class MatrixRandomiser(Randomiser):
         object.__setattr__(self, "inputs", ins)
         object.__setattr__(self, "outputs", outs)
         object.__setattr__(self, "_index", {k: i for i, k in enumerate(keys)})
+        object.__setattr__(self, "_output_keys", frozenset(_key(v) for v in outs))
         object.__setattr__(self, "_cdf", np.cumsum(T, axis=1))
 
     def cost(self) -> float:
@@ -116,6 +121,12 @@ class MatrixRandomiser(Randomiser):
     def contains(self, value: Any) -> bool:
         try:
             return self.row(value) is not None
+        except (TypeError, ValueError):
+            return False
+
+    def has_output(self, value: Any) -> bool:
+        try:
+            return _key(_plain(value)) in self._output_keys  # type: ignore[attr-defined]
         except (TypeError, ValueError):
             return False
 
@@ -201,6 +212,13 @@ class ProductRandomiser(Randomiser):
             if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < m.shape[0]:
                 return False
         return self.domain != "one_hot" or sum(v) == 1
+
+    def has_output(self, value: Any) -> bool:
+        v = _plain(value)
+        if not isinstance(v, list) or len(v) != self.length:
+            return False
+        return all(not isinstance(x, bool) and isinstance(x, int) and 0 <= x < m.shape[1]
+                   for x, m in zip(v, self.matrices, strict=True))
 
     def random_input(self, rng: np.random.Generator) -> list[int]:
         if self.domain == "one_hot":

@@ -2,20 +2,25 @@
 
 For a query ⟨t, pre, T, post⟩ the agent
 
-1. replays the stored reply if it answered this query id before (no new cost);
+1. replays the stored reply if it answered this query id before, in this process or any other
+   on the same ledger, before or after a restart (no new cost, no fresh randomness);
 2. prices T (``cost(T)``, Def. 3) and applies the **public policy** (data-independent): fields,
    time and memory bounds, analyst code allowed, per-query cost cap;
 3. charges the cost to every covering personal budget (total / per field / per event) in one
-   durable all-or-nothing ledger transaction; if any budget cannot pay, it refuses and nothing
-   is charged. No data is touched before this commit;
+   durable all-or-nothing ledger transaction that also records the query id as answered; if any
+   budget cannot pay, it refuses and nothing is charged. No data is touched before this commit;
 4. runs the **private policy** (may read the data; on "reject" a random dummy enters pre),
    ``pre`` (a builtin, or analyst code in the sandbox with the query's time and memory bounds),
    **domain enforcement** (an output outside T's domain, an error, a time-out or an exhausted
    memory bound becomes a uniformly random element of T's domain), and ``T``; with ``pad=True``
    this block always lasts ``t`` seconds;
-5. runs ``post`` on T's output (builtin or sandboxed; it never sees the data) and replies.
+5. stores the reply with the charge and replies **T's output itself**.
 
-``pre`` and ``post`` receive the public seed ``derive_seed(query.seed, user)`` (the same for both).
+``post`` does not run on the device: the analyst runs it on the replies
+(:func:`dprivacy.local.postprocess.apply_post`). Nothing the analyst wrote runs on the device
+after ``pre``, so nothing can read back what ``pre`` left in state the sandbox does not isolate
+(the page cache, for one); the reply is exactly ``{query, user, status, cost, result}`` with
+``result`` an output of T. ``pre`` receives the public seed ``derive_seed(query.seed, user)``.
 
 What the analyst sees (reply, status, rejection reason, timing) depends on the data only
 through T's output. Privacy condition: the user's loss is at most the sum of the costs charged
@@ -33,11 +38,11 @@ from typing import Any
 import numpy as np
 
 from dprivacy.errors import DPrivacyError, ValidationError
-from dprivacy.local.builtins import POSTS, PRES, derive_seed
+from dprivacy.local.builtins import PRES, derive_seed
 from dprivacy.local.device.budget import PersonalBudget
 from dprivacy.local.device.policy import PublicPolicy
 from dprivacy.local.device.sandbox import PAD_SLACK, Sandbox, SandboxUnavailableError
-from dprivacy.local.query import Code, Query
+from dprivacy.local.query import Query
 from dprivacy.noise import resolve_rng
 
 __all__ = ["UserAgent"]
@@ -123,7 +128,7 @@ class UserAgent:
 
     # ------------------------------------------------------------------ public procedure
     def handle(self, query: Query | Mapping[str, Any]) -> dict[str, Any]:
-        """Answer one query (Algorithm 1); returns the reply ``{query, user, status, result}``.
+        """Answer one query (Algorithm 1); returns the reply ``{query, user, status, cost, result}``.
 
         Never raises on a bad or hostile query: a malformed or refused query gets
         ``status="rejected"`` with a public reason and charges nothing.
@@ -131,22 +136,43 @@ class UserAgent:
         qid = str(query.id if isinstance(query, Query) else (query or {}).get("id", ""))
         if qid and qid in self.history:
             return self.history[qid]
+        if qid:
+            done = self._replay(qid)
+            if done is not None:
+                return done
         try:
             q = query if isinstance(query, Query) else Query.from_dict(query)
             c = q.T.cost()
         except (DPrivacyError, ValueError, TypeError, KeyError) as exc:
             return self._rejected(qid, f"malformed query: {exc}", None)
         reason = self.policy.check(q, c, self.schema) or self._code_problem(q)
-        if reason is None and not self.budget.try_charge(c, fields=q.fields, event=q.event,
-                                                         label=f"{self.user}:{q.id}"):
-            reason = "personal budget exhausted"
+        if reason is None:
+            charged = self.budget.charge_query(q.id, c, fields=q.fields, event=q.event,
+                                               label=f"{self.user}:{q.id}")
+            if charged == "answered":  # another process on this ledger answered it meanwhile
+                return self._replay(q.id) or self._rejected(q.id, "already answered", None)
+            if charged == "refused":
+                reason = "personal budget exhausted"
         if reason is not None:
             return self._rejected(q.id, reason, q)
         z = self._randomise(q)  # the budget is committed: from here on no refusal, no error
-        ok, result = self._call(q.post, POSTS, [z], q) if q.post is not None else (True, z)
-        reply = {"query": q.id, "user": self.user, "status": "ok", "cost": c,
-                 "result": result if ok else None, "post_ok": ok}
+        reply = {"query": q.id, "user": self.user, "status": "ok", "cost": c, "result": z}
+        try:
+            self.budget.store_reply(q.id, reply)
+        except Exception as exc:  # noqa: BLE001 (a restart then says the reply was lost)
+            log.warning("query %s: the reply could not be stored (%s)", q.id, type(exc).__name__)
         self.history[q.id] = reply
+        return reply
+
+    def _replay(self, qid: str) -> dict[str, Any] | None:
+        """The stored reply of an answered query id, a refusal if its reply was lost, else None."""
+        charged, reply = self.budget.answered(qid)
+        if not charged:
+            return None
+        if reply is None:  # charged, then stopped before storing: never answer it a second time
+            return self._rejected(qid, "already answered (its reply was lost when the agent stopped)",
+                                  None)
+        self.history[qid] = reply
         return reply
 
     def remaining(self) -> dict[str, float]:
@@ -155,11 +181,8 @@ class UserAgent:
 
     # ------------------------------------------------------------------ steps
     def _code_problem(self, q: Query) -> str | None:
-        for code, table in ((q.pre, PRES), (q.post, POSTS)):
-            if code is None:
-                continue
-            if code.is_builtin and code.name not in table:
-                return f"unknown builtin {code.name!r}"
+        if q.pre.is_builtin and q.pre.name not in PRES:
+            return f"unknown builtin {q.pre.name!r}"
         if q.needs_sandbox and self.sandbox is None:
             return "no working sandbox on this device: analyst code is refused"
         return None
@@ -196,7 +219,7 @@ class UserAgent:
             pre_in = {f: self._data[f] for f in q.fields} if use_data else self._dummy(q)
             v: Any = None
             if pre_in is not None:
-                ok, v = self._call(q.pre, PRES, [pre_in], q, q.t - (time.monotonic() - start))
+                ok, v = self._pre(q, pre_in, q.t - (time.monotonic() - start))
                 if not ok:
                     v = None
             try:
@@ -212,23 +235,21 @@ class UserAgent:
                 if left > 0:
                     time.sleep(left)
 
-    def _call(self, code: Code, table: Mapping[str, Any], args: list[Any], q: Query,
-              seconds: float | None = None) -> tuple[bool, Any]:
-        """Run a builtin or sandboxed processor (``seconds``: its time bound, default ``q.t``);
+    def _pre(self, q: Query, data: dict[str, Any], seconds: float) -> tuple[bool, Any]:
+        """Run ``pre`` on ``data``: a builtin, or analyst code in the sandbox bounded by ``seconds``;
         (False, None) on any failure."""
         params, seed = dict(q.params), derive_seed(q.seed, self.user)
         try:
-            if code.is_builtin:
-                return True, table[str(code.name)](args[0], params, seed, self._rng)
-            assert self.sandbox is not None and code.source_code is not None
-            limit = float(q.t) if seconds is None else float(seconds)
-            if limit <= 0:
+            if q.pre.is_builtin:
+                return True, PRES[str(q.pre.name)](data, params, seed, self._rng)
+            assert self.sandbox is not None and q.pre.source_code is not None
+            if seconds <= 0:
                 return False, None
-            out = self.sandbox.run(code.source_code, code.entry, [args[0], params, seed],
-                                   time_limit=limit, memory_mb=q.memory_mb, pad=False)
+            out = self.sandbox.run(q.pre.source_code, q.pre.entry, [data, params, seed],
+                                   time_limit=float(seconds), memory_mb=q.memory_mb, pad=False)
             if not out.ok:
-                log.debug("query %s: %s failed (%s)", q.id, code.entry, out.reason)
+                log.debug("query %s: pre failed (%s)", q.id, out.reason)
             return out.ok, out.value
         except Exception as exc:  # noqa: BLE001 (any failure is mapped, never revealed)
-            log.debug("query %s: processor failed (%s)", q.id, type(exc).__name__)
+            log.debug("query %s: pre failed (%s)", q.id, type(exc).__name__)
             return False, None

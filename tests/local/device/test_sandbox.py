@@ -122,7 +122,7 @@ def test_agent_maps_contained_code_to_random_element(attack: str, sandbox: Sandb
             t = 1.0 if attack == "loop" else 3.0  # generous: a loaded machine starts Python slowly
             q = Query(f"{attack}{k}", T, Code.source(code), fields=("v",), t=t, memory_mb=256)
             r = agent.handle(q)
-            assert r["status"] == "ok" and set(r) == {"query", "user", "status", "cost", "result", "post_ok"}
+            assert r["status"] == "ok" and set(r) == {"query", "user", "status", "cost", "result"}
             out.append(r["result"])
         replies[value] = out
     assert len(set(replies["b"])) >= 2  # "b" is targeted by every attack
