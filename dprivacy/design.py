@@ -175,7 +175,10 @@ def design(
 
     Returns
     -------
-    Design, verified over all constrained pairs: sum_k u_k |F_ki - F_kj| <= eps_ij.  The report
+    Design, verified over all constrained pairs: sum_k u_k |F_ki - F_kj| <= eps_ij.
+    **A query that never changes when a record moves** (above all the total count, a row of
+    ones) gets beta = inf: it is released exactly, with no noise, and an
+    :class:`ExactAnswerWarning` names it (docs/theory.md, "What d_X-privacy does not hide").  The report
     says how (``verified_by``: the solver's final scan of exactly this u is reused as the
     certificate, else a new scan) and counts the scans over all pairs (``passes``: total, full,
     pruned -- exact branch and bound for metrics with a geometric index -- pairs evaluated, and
