@@ -130,9 +130,12 @@ def _noise_panel(ax: Any, design: DesignLike, workload: Workload, universe: Univ
     ax.barh(y[~exact] - 0.2, designed[~exact], height=0.38, color="tab:blue",
             label="d_X design 1/β_k")
     for yk, noise, is_exact in zip(y, designed, exact, strict=True):
-        text = "exact (no noise)" if is_exact else f"IF {baseline / noise:.3g}"
+        text = "exact (no noise)" if is_exact else f"{noise:.3g}: IF {baseline / noise:.3g}"
         ax.text(baseline * 1.05, yk - 0.2, text, va="center", fontsize=8)
+    from matplotlib.ticker import NullFormatter
+
     ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels overlap within a decade
     shown = designed[~exact & (designed > 0)]
     ax.set_xlim(min(shown.min(), baseline) / 2 if shown.size else baseline / 10, baseline * 5)
     ax.set_yticks(y, names, fontsize=8)
@@ -173,10 +176,15 @@ def _pairs_panel(ax: Any, design: DesignLike, workload: Workload, universe: Univ
                    edgecolors="darkred", linewidths=1.5, zorder=4,
                    label=f"{int(binding.sum())} binding (loss = ε_ij)")
         labels = universe.labels()
+        named = universe.coords is not None or universe.N > 30  # else every element is named
         for a, b, c in list(zip(i[binding][::-1], j[binding][::-1], mid[binding][::-1],
-                                strict=True))[:ANNOTATED]:
+                                strict=True))[:ANNOTATED if named else 0]:
             ax.annotate(f"{labels[a]} – {labels[b]}", c, fontsize=7, xytext=(8, -12),
                         textcoords="offset points", color="darkred")
+    if universe.coords is None:  # a circle in element order: positions mean nothing
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_aspect("equal", adjustable="datalim")
     if universe.coords is None and universe.N <= 30:
         for k, label in enumerate(universe.labels()):
             ax.annotate(label, pos[k], fontsize=7, xytext=(3, 3), textcoords="offset points")
@@ -192,4 +200,5 @@ def _pairs_panel(ax: Any, design: DesignLike, workload: Workload, universe: Univ
     capped = f", the {max_pairs} largest" if i.size >= max_pairs else ""
     ax.set_title(f"pairs with loss >= {NEAR:g} ε_ij{capped}: the moves that limit the noise",
                  fontsize=10)
-    ax.legend(loc="best", fontsize=8, framealpha=0.9)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13 if xlabel else -0.02), fontsize=8,
+              ncol=3)

@@ -41,7 +41,7 @@ def test_design_plot_has_bars_and_binding_pairs(tmp_path: Path) -> None:
     bars = [p for p in ax_noise.patches]
     assert len(bars) == 3 + 2                       # 3 baseline bars, 2 designed (total: exact)
     texts = [t.get_text() for t in ax_noise.texts]
-    assert "exact (no noise)" in texts and sum(t.startswith("IF ") for t in texts) == 2
+    assert "exact (no noise)" in texts and sum(": IF " in t for t in texts) == 2
     i, j, ratio = binding_pairs(d, W, U, M)
     assert i.size >= 1 and np.all(ratio >= 1 - 1e-6)
     lines = [c for c in ax_pairs.collections if isinstance(c, LineCollection)]
