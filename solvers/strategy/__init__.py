@@ -189,7 +189,13 @@ def _optimize(F: Any, cs: ConstraintSet, u: np.ndarray | None, coords: np.ndarra
         return 2.0 * float((M.multiply(M)).sum() if is_sparse(M) else np.sum(M * M))
 
     if "marginals" in wanted and codes is not None and centre and K <= DENSE_LIMIT:
-        A, theta = marginal_start(np.asarray(codes), exact_score)
+        obj_m = Objective(gram(FK, centre), centre)
+
+        def quick_score(C: np.ndarray) -> float:  # full-rank stacks of marginals: no pinv needed
+            c = check(C)[0]
+            return c * c * 2.0 * obj_m.value(C) if np.isfinite(c) and c > 0 else float("inf")
+
+        A, theta = marginal_start(np.asarray(codes), quick_score)
         cands["marginals"] = A
         notes["marginal_weights"] = theta
     for name, C in cands.items():

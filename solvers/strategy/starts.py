@@ -79,7 +79,7 @@ def marginal_blocks(codes: np.ndarray) -> list[tuple[tuple[int, ...], Mat]]:
 
 
 def marginal_start(codes: np.ndarray, score: Callable[[np.ndarray], float],
-                   max_evals: int = 300) -> tuple[np.ndarray, dict[str, float]]:
+                   max_evals: int = 150) -> tuple[np.ndarray, dict[str, float]]:
     """Weighted marginals sum_S theta_S M_S with theta chosen to minimise ``score`` (the exact
     scale-free error c(A)^2 f(A) of the stacked strategy).  Returns (A, {subset: theta})."""
     blocks = marginal_blocks(codes)
