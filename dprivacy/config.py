@@ -33,6 +33,12 @@ from dprivacy.mechanisms.exponential import DXExponential
 from dprivacy.mechanisms.laplace import DXLaplace
 from dprivacy.mechanisms.mwem import DXMWEM
 from dprivacy.mechanisms.smalldb import DXSmallDB
+from dprivacy.mechanisms.strategy import (
+    StrategyDesign,
+    StrategyMechanism,
+    strategy_from_json,
+    strategy_to_json,
+)
 from dprivacy.workload import Workload
 
 if TYPE_CHECKING:
@@ -42,14 +48,17 @@ if TYPE_CHECKING:
 SCHEMA = "dprivacy.mechanism-config"
 #: The version this dprivacy writes; it reads every version in READABLE.
 VERSION = 2
-READABLE = (1, 2)
+#: Strategy mechanisms (kind "strategy": the matrix C and its basis instead of w, beta) are
+#: written as version 3; other kinds keep version 2.
+STRATEGY_VERSION = 3
+READABLE = (1, 2, 3)
 #: Fingerprints of version-1 configs (pandas' CSV writer, budget bytes): read, never written.
 LEGACY_ENCODING = "dprivacy-fp-1"
 KINDS: dict[str, type] = {"laplace": DXLaplace, "exponential": DXExponential,
-                          "smalldb": DXSmallDB, "mwem": DXMWEM}
+                          "smalldb": DXSmallDB, "mwem": DXMWEM, "strategy": StrategyMechanism}
 #: Mechanism parameters beyond (w, beta) that each kind stores.
 PARAMS: dict[str, tuple[str, ...]] = {"laplace": (), "exponential": (), "smalldb": ("size",),
-                                      "mwem": ("T",)}
+                                      "mwem": ("T",), "strategy": ()}
 _MAX_INLINE_PARAMS = 65536  # metric params larger than this (JSON chars) are stored as a hash
 #: Config files larger than this are refused before they are read (as the command line does).
 MAX_BYTES = 1 << 30
@@ -161,19 +170,23 @@ class MechanismConfig:
     report: dict
     params: dict
     identity: dict
+    strategy: dict | None = None
     encoding: str = field(default=ENCODING, compare=False)
     _bound: tuple | None = field(default=None, repr=False, compare=False)
 
     # ------------------------------------------------------------ building
     @classmethod
-    def from_design(cls, workload: Workload, universe: Universe, metric: Metric, design: Design,
-                    kind: str = "laplace", **params: Any) -> MechanismConfig:
+    def from_design(cls, workload: Workload, universe: Universe, metric: Metric,
+                    design: Design | StrategyDesign, kind: str = "laplace",
+                    **params: Any) -> MechanismConfig:
         """Config for ``kind`` built from ``design`` (verified now by building the mechanism).
 
         ``params``: ``T`` for "mwem" (default ``design.report["T"]``), ``size`` for "smalldb".
         """
         if not isinstance(workload, Workload):
             workload = Workload(workload)
+        if isinstance(design, StrategyDesign):
+            kind = "strategy"
         if kind not in KINDS:
             raise ValidationError(f"kind = {kind!r}: choose one of {', '.join(KINDS)}")
         extra = {k: v for k, v in params.items() if v is not None}
@@ -201,6 +214,14 @@ class MechanismConfig:
             ) -> MechanismConfig:
         d = mech.design
         extra = mech.params() if hasattr(mech, "params") else {}
+        if mech.kind == "strategy":
+            empty = _ro(np.zeros(0))
+            return cls(kind="strategy", w=empty, beta=empty, method="strategy", loss="squared",
+                       objective=float(mech.expected_squared_error()),
+                       report=from_json(to_json(d.report)), params={},
+                       identity=_identity(universe, metric, workload),
+                       strategy=from_json(to_json(strategy_to_json(d))),
+                       _bound=(workload, universe, metric, mech))
         return cls(kind=mech.kind, w=_ro(d.w), beta=_ro(d.beta), method=d.method, loss=d.loss,
                    objective=float(d.objective), report=from_json(to_json(d.report)),
                    params=from_json(to_json(extra)),
@@ -214,10 +235,13 @@ class MechanismConfig:
                                 "fingerprint_encoding": ENCODING}
         if self.encoding == LEGACY_ENCODING:  # an unbound version-1 config stays version 1
             head = {"schema": SCHEMA, "version": 1}
-        return {**head, "kind": self.kind,
-                "design": {"w": to_json(self.w), "beta": to_json(self.beta),
-                           "method": self.method, "loss": self.loss,
-                           "objective": to_json(self.objective), "report": to_json(self.report)},
+        design = {"w": to_json(self.w), "beta": to_json(self.beta), "method": self.method,
+                  "loss": self.loss, "objective": to_json(self.objective),
+                  "report": to_json(self.report)}
+        if self.kind == "strategy":
+            head["version"] = STRATEGY_VERSION
+            design["strategy"] = to_json(self.strategy)
+        return {**head, "kind": self.kind, "design": design,
                 "params": to_json(self.params), **to_json(self.identity)}
 
     def to_json(self) -> str:
@@ -267,10 +291,18 @@ class MechanismConfig:
             raise ConfigError("config fields have the wrong types")
         if w.shape != beta.shape or w.ndim != 1:
             raise ConfigError(f"w {w.shape} and beta {beta.shape} must be vectors of one length")
+        strategy = d.get("strategy")
+        if (kind == "strategy") != (version == STRATEGY_VERSION) or \
+                (kind == "strategy") != isinstance(strategy, dict):
+            raise ConfigError(f"a {kind} config is version {STRATEGY_VERSION if kind == 'strategy' else 2}"
+                              " and has a design.strategy object exactly when its kind is "
+                              "'strategy'")
         _check_params(kind, params)
         return cls(kind=kind, w=_ro(w), beta=_ro(beta), method=method, loss=loss,
                    objective=float(objective), report=from_json(report),
-                   params=from_json(params), identity=identity, encoding=encoding)
+                   params=from_json(params), identity=identity,
+                   strategy=from_json(strategy) if strategy is not None else None,
+                   encoding=encoding)
 
     @classmethod
     def load(cls, path: str | os.PathLike, universe: Universe, metric: Metric,
@@ -335,9 +367,14 @@ class MechanismConfig:
         """Check the inputs and the privacy condition; return a copy bound to these inputs."""
         self.check_inputs(workload, universe, metric)
         try:
-            d = Design(self.w, self.beta, method=self.method, loss=self.loss,
-                       objective=self.objective, report=self.report,
-                       constraints=metric.constraint_set(universe))
+            d: Design | StrategyDesign
+            if self.kind == "strategy":
+                d = strategy_from_json(self.strategy, workload, metric.constraint_set(universe),
+                                       self.report)
+            else:
+                d = Design(self.w, self.beta, method=self.method, loss=self.loss,
+                           objective=self.objective, report=self.report,
+                           constraints=metric.constraint_set(universe))
             mech = _build(self.kind, workload, d, universe, metric, dict(self.params))
         except (ValidationError, ArithmeticError, TypeError, ValueError) as exc:
             # ArithmeticError / TypeError / ValueError: a hand-made from_dict document whose
@@ -350,7 +387,7 @@ class MechanismConfig:
         return MechanismConfig(**same, identity=_identity(universe, metric, workload),
                                encoding=ENCODING, _bound=(workload, universe, metric, mech))
 
-    def design(self) -> Design:
+    def design(self) -> Design | StrategyDesign:
         """The Design (with the constraint set of the bound universe and metric)."""
         if self._bound is None:
             raise ConfigError("this config is not bound to inputs: use load() or bind()")
@@ -413,7 +450,7 @@ def _short(v: Any) -> str:
     return s if len(s) <= 80 else s[:77] + "..."
 
 
-def _build(kind: str, workload: Workload, design: Design, universe: Universe, metric: Metric,
+def _build(kind: str, workload: Workload, design: Any, universe: Universe, metric: Metric,
            params: Mapping[str, Any]) -> Any:
     """Construct (and so verify) the mechanism of ``kind`` against universe + metric."""
     cls = KINDS[kind]

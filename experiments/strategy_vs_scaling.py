@@ -151,6 +151,7 @@ def run(quick: bool = False, seed: int = 0, outdir: Path = C.RESULTS_DIR) -> pd.
                      "error": d.expected_squared_error(),
                      "max_ratio": independent_ratio(A, U, M, seed),
                      "lower_bound": d.lower_bound if d.lower_bound is not None else np.nan})
+        C.write_csv(pd.DataFrame(rows, columns=COLUMNS), outdir, NAME)  # partial results so far
     df = pd.DataFrame(rows, columns=COLUMNS)
     C.write_csv(df, outdir, NAME)
     vs_n = error_vs_n(quick)

@@ -28,6 +28,7 @@ from dprivacy.errors import PrivacyViolationError, ShapeError, ValidationError
 from dprivacy.mechanisms._release import charge_release, setup_accounting
 from dprivacy.universe import check_histogram
 from dprivacy.workload import Workload
+from solvers.errors import SolverError
 from solvers.strategy.basis import Mat, is_sparse
 
 if TYPE_CHECKING:
@@ -36,7 +37,8 @@ if TYPE_CHECKING:
     from dprivacy.universe import Universe
     from solvers import ConstraintSet
 
-__all__ = ["StrategyDesign", "StrategyMechanism", "design_strategy"]
+__all__ = ["StrategyDesign", "StrategyMechanism", "design_strategy", "strategy_from_json",
+           "strategy_to_json"]
 
 
 def _sq(M: Mat) -> np.ndarray:
@@ -230,3 +232,47 @@ class StrategyMechanism:
     def __repr__(self) -> str:
         return (f"StrategyMechanism(m={self.workload.m}, N={self.workload.N}, p={self.design.p}, "
                 f"max_ratio={self.max_ratio_:.6g})")
+
+
+def strategy_to_json(design: StrategyDesign) -> dict[str, Any]:
+    """The strategy ``A = C T`` as JSON: the basis (a tree as its parent array) and C, sparse
+    (CSR arrays) when at most a quarter of its entries are non-zero, else dense row-major."""
+    C = design.C
+    p, K = C.shape  # noqa: N806
+    nnz = sp.csr_array(C).nnz if is_sparse(C) else int(np.count_nonzero(C))
+    out: dict[str, Any] = {"basis": design.basis.to_json(), "shape": [int(p), int(K)]}
+    if nnz <= 0.25 * p * K:
+        S = sp.csr_array(C)
+        S.eliminate_zeros()
+        out.update(indptr=S.indptr.tolist(), indices=S.indices.tolist(), data=S.data.tolist())
+    else:
+        out["dense"] = np.asarray(C, dtype=np.float64).ravel().tolist()
+    return out
+
+
+def strategy_from_json(doc: Any, workload: Workload, constraints: ConstraintSet | None,
+                       report: dict[str, Any] | None = None) -> StrategyDesign:
+    """Inverse of :func:`strategy_to_json` for ``workload``; raises ValidationError on any
+    malformed part (shapes, non-finite entries, a basis that is not a spanning tree)."""
+    try:
+        basis = st.Basis.from_json(doc["basis"])
+        p, K = (int(v) for v in doc["shape"])  # noqa: N806
+        if p < 1 or K != basis.K or basis.N != workload.N:
+            raise ValidationError(f"strategy shape {doc['shape']} does not fit a basis of "
+                                  f"{basis.K} coordinates over N = {workload.N}")
+        if "dense" in doc:
+            C: Mat = np.asarray(doc["dense"], dtype=np.float64).reshape(p, K)
+        else:
+            C = sp.csr_array((np.asarray(doc["data"], dtype=np.float64),
+                              np.asarray(doc["indices"], dtype=np.int64),
+                              np.asarray(doc["indptr"], dtype=np.int64)), shape=(p, K))
+            C.check_format(full_check=True)
+    except (KeyError, TypeError, ValueError, SolverError) as exc:
+        raise ValidationError(f"malformed strategy: {exc}") from exc
+    vals = sp.csr_array(C).data if is_sparse(C) else C
+    if not np.all(np.isfinite(vals)):
+        raise ValidationError("the strategy has NaN or infinite entries")
+    FK, f0 = basis.workload(workload.F)
+    M, o = call_solver(st.answer_map, C, FK, f0, basis.kind == "identity")
+    return StrategyDesign(workload, C, basis, M, o, report=dict(report or {}),
+                          constraints=constraints)
