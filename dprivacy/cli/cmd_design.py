@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
+
+import numpy as np
 
 from dprivacy.cli.common import add_inputs, guard, inputs_from, nonneg_int
 from dprivacy.cli.exits import UsageError
@@ -33,14 +36,22 @@ def cmd_design(args: argparse.Namespace) -> int:
             raise UsageError(f"--method closed_form designs a single query but --queries "
                              f"{args.queries!r} has m = {W.m}; use --method exact (or another "
                              "multi-query method)")
+        if args.method == "strategy" and (plot is not None or args.n is not None):
+            raise UsageError("--method strategy takes neither --plot nor --n (a strategy "
+                             "mechanism is unbiased and uses the number of records exactly)")
         with steps.step(f"design ({args.method}, N = {U.N}, m = {W.m})"), \
                 guard(f"design --method {args.method}"):
-            d = design(W, U, M, method=args.method, loss=args.loss, n=args.n)
+            if args.method == "strategy":
+                from dprivacy.mechanisms.strategy import design_strategy
+
+                d: Any = design_strategy(W, U, M, time_limit=args.time_limit)
+            else:
+                d = design(W, U, M, method=args.method, loss=args.loss, n=args.n)
         with steps.step("report"), guard("report"):
             from dprivacy.config import MechanismConfig
 
             cfg = MechanismConfig.from_design(W, U, M, d)
-            text = report_text(W, U, M, d)
+            text = strategy_text(W, d) if args.method == "strategy" else report_text(W, U, M, d)
         with steps.step("export"), guard(f"--out {args.out!r}"):
             path = cfg.save(out)
         if plot is not None:
@@ -52,6 +63,23 @@ def cmd_design(args: argparse.Namespace) -> int:
     print(f"config written to {path}\n"
           f"check it:  dprivacy verify {path} {_inputs_text(args)}")
     return 0
+
+
+def strategy_text(W: Any, d: Any) -> str:
+    """Summary of a strategy design: measurements, expected error, bound, per-query std."""
+    sd = np.sqrt(d.query_variances())
+    lines = [f"strategy mechanism: {d.p} noisy measurements (Lap(1) each) answer {W.m} queries "
+             f"by least squares ({d.report.get('start', '?')} start, {d.basis.kind} basis)",
+             f"expected total squared error {d.expected_squared_error():.6g}"
+             + ("" if d.lower_bound is None else
+                f" (no strategy can do better than {d.lower_bound:.6g})"),
+             "query  std"]
+    names = W.query_names()
+    for k in range(min(W.m, 20)):
+        lines.append(f"{names[k]}  {sd[k]:.6g}")
+    if W.m > 20:
+        lines.append(f"... ({W.m - 20} more; std from {sd.min():.4g} to {sd.max():.4g})")
+    return "\n".join(lines)
 
 
 def _require_matplotlib() -> None:
@@ -82,8 +110,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                        epilog=metrics_help() + "\n\n" + EXAMPLE,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_inputs(s)
-    s.add_argument("--method", choices=METHODS, default="exact",
-                   help="solver (default exact)")
+    s.add_argument("--method", choices=METHODS + ("strategy",), default="exact",
+                   help="solver (default exact); 'strategy' optimises a strategy mechanism "
+                        "(release A x + Lap(1)^p, answer by least squares; docs/theory.md)")
+    s.add_argument("--time-limit", type=float, default=120.0, metavar="SECONDS",
+                   help="--method strategy: seconds of gradient polishing (default 120)")
     s.add_argument("--loss", choices=LOSSES, default="squared", help="error measure (default "
                    "squared)")
     s.add_argument("--n", type=nonneg_int, default=None, metavar="RECORDS",

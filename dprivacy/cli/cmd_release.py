@@ -121,9 +121,9 @@ def cmd_release(args: argparse.Namespace) -> int:
     _check_ledger_path(args.ledger)
     inp = inputs_from(args)
     cfg = load_config(args.config, inp)
-    if cfg.kind != "laplace":
+    if cfg.kind not in ("laplace", "strategy"):
         raise UsageError(f"CONFIG {args.config!r} is a mechanism of kind {cfg.kind!r}: the command line "
-                         "releases Laplace configs (made by design or demo); release this one "
+                         "releases Laplace and strategy configs (made by design or demo); release this one "
                          "from Python with an Accountant")
     mech = cfg.to_mechanism()
     records = read_csv(args.records, "--records")
@@ -141,8 +141,12 @@ def cmd_release(args: argparse.Namespace) -> int:
         raise
     except BudgetExceededError as exc:  # pragma: no cover (guard maps it)
         raise BudgetError(f"{where}: {one_line(exc)}") from exc
-    table = pd.DataFrame({"query": inp.workload.query_names(), "answer": y,
-                          "noise_scale": mech.noise_scale, "w": mech.design.w})
+    if cfg.kind == "strategy":  # least-squares answers: their standard deviations
+        table = pd.DataFrame({"query": inp.workload.query_names(), "answer": y,
+                              "std": np.sqrt(mech.query_variances())})
+    else:
+        table = pd.DataFrame({"query": inp.workload.query_names(), "answer": y,
+                              "noise_scale": mech.noise_scale, "w": mech.design.w})
     buf = io.StringIO()
     table.to_csv(buf, index=False, float_format="%.17g")
     try:
