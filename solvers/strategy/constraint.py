@@ -85,10 +85,12 @@ class PairSet:
 
 def materialise(C: Mat, basis: Basis) -> np.ndarray:
     """A = C T as a dense (p, N) array."""
-    Cd = np.asarray(C.toarray() if is_sparse(C) else C, dtype=np.float64)
     if basis.kind == "identity":
-        return Cd
-    return Cd @ basis.T_dense()
+        return np.asarray(C.toarray() if is_sparse(C) else C, dtype=np.float64)
+    T = basis.T_dense()  # noqa: N806
+    if is_sparse(C):  # e.g. the diagonal prefix strategy: a sparse product, never C dense
+        return np.asarray(sp.csr_array(C) @ T, dtype=np.float64)
+    return np.asarray(C, dtype=np.float64) @ T
 
 
 def strategy_scan(C: Mat, basis: Basis, cs: ConstraintSet, *, k: int = 0,
