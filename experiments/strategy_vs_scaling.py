@@ -141,7 +141,8 @@ def run(quick: bool = False, seed: int = 0, outdir: Path = C.RESULTS_DIR) -> pd.
                      "error": float(np.sum(2 / wb.beta[fin] ** 2)),
                      "max_ratio": float(wb.report.get("max_ratio", np.nan))})
         t0 = time.perf_counter()
-        d = dp.design_strategy(W, U, M, baseline=wb if N <= 2048 else None, time_limit=limit)
+        d = dp.design_strategy(W, U, M, baseline=wb if N <= 2048 else None, time_limit=limit,
+                               rounds=3 if quick else 20)
         t_s = time.perf_counter() - t0
         if "identity" in d.report["starts"] and d.basis.kind == "tree":
             rows.append({"workload": name, "N": N, "m": m, "method": PREFIX,
