@@ -38,6 +38,7 @@ from dprivacy.tables.budgets.agents import Agent, charge
 from dprivacy.tables.relations import rowwise
 from dprivacy.tables.relations.protocol import ElementCosts, Relation
 from dprivacy.tables.relations.rowwise import sealed
+from dprivacy.tables.verdicts import check_design
 
 __all__ = ["element_costs", "PinqHistogram", "ProPerHistogram"]
 
@@ -70,7 +71,6 @@ class _Plan:
     def __init__(self, workload: Any, design: Any, universe: Any, metric: Any,
                  columns: list[Any]) -> None:
         from dprivacy.design import Design
-        from dprivacy.mechanisms.laplace import DXLaplace
         from dprivacy.workload import Workload
 
         F = workload.F if isinstance(workload, Workload) else workload
@@ -92,12 +92,9 @@ class _Plan:
                                   f"{columns}")
         if elements.duplicated().any():
             raise ValidationError("the universe lists an element twice")
-        # the d_X condition (Theorem 1) of the design, against its constraints or the metric
-        if metric is None:
-            DXLaplace(self.W, self.D)
-        else:
-            DXLaplace(self.W, self.D, universe=universe, metric=metric)
-        self.costs = element_costs(self.W, self.D)
+        # the d_X condition (Theorem 1) of the design, against its constraints or the metric,
+        # verified once per (workload, design, constraints) and then taken from the cache
+        self.costs = check_design(self.W, self.D, universe, metric)[1]
         with np.errstate(divide="ignore"):
             self.scale = np.where(self.D.w == 0, 0.0, 1.0 / self.D.beta)
         if not np.all(np.isfinite(self.scale)):

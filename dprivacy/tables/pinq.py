@@ -49,7 +49,12 @@ from dprivacy.tables.dx import PinqHistogram
 from dprivacy.tables.params import count_arg, eps_arg
 from dprivacy.tables.queries import NoisyQueries
 from dprivacy.tables.randomness import NoiseSource
-from dprivacy.tables.relations.dispatch import relation_for
+from dprivacy.tables.relations.dispatch import (
+    duckdb_relation,
+    is_expression,
+    is_pandas,
+    relation_for,
+)
 from dprivacy.tables.relations.protocol import Relation
 from dprivacy.tables.relations.rowwise import sealed
 from dprivacy.tables.transform_args import (
@@ -106,6 +111,8 @@ class Queryable(NoisyQueries):
         else:
             root = LedgerBudgetAgent(ledger, source, budget)
         self._rel: Relation = relation_for(data, backend)
+        # a pandas frame without a backend moves to DuckDB when the analyst writes expressions
+        self._frame = data if backend is None and is_pandas(self._rel) else None
         self._agent: Agent = root
         self._roots: list[BudgetAgent] = [root]
         self._noise = noise
@@ -115,7 +122,16 @@ class Queryable(NoisyQueries):
                 noise: NoiseSource) -> Queryable:
         q = cls.__new__(cls)
         q._rel, q._agent, q._roots, q._noise = rel, agent, roots, noise
+        q._frame = None
         return q
+
+    def _for(self, *code: Any) -> Relation:
+        """The relation the analyst's ``code`` runs on: this table's, or for a pandas frame
+        opened without a backend, its zero-copy DuckDB relation when the code is Ibis
+        expressions (the choice depends on the code's type only)."""
+        if self._frame is not None and any(is_expression(f) for f in code):
+            return duckdb_relation(self._frame)
+        return self._rel
 
     @property
     def _df(self) -> pd.DataFrame:
@@ -149,21 +165,24 @@ class Queryable(NoisyQueries):
 
     def where(self, f: Any) -> Queryable:
         """Records for which the row-wise predicate holds (exactly True). Stability 1."""
-        self._rel.check(f)
-        return self._unary(self._rel.where(f), 1)
+        rel = self._for(f)
+        rel.check(f)
+        return self._unary(rel.where(f), 1)
 
     def select(self, f: Any = None, /, **named: Any) -> Queryable:
         """One output record per record: ``select(f)`` gives the column ``value``,
         ``select(a=f, b=g)`` the columns a, b. A function that raises gives None. Stability 1."""
-        exprs = select_exprs(f, named, self._rel.check)
-        return self._unary(self._rel.select(exprs), 1)
+        rel = self._for(f, *named.values())
+        exprs = select_exprs(f, named, rel.check)
+        return self._unary(rel.select(exprs), 1)
 
     def select_many(self, k: int, f: Any, columns: Sequence[str] | None = None) -> Queryable:
         """Flat-map: ``f(record)`` returns a list; at most the first ``k`` items are kept, each
         a row (column ``value``, or ``columns`` for tuple items). Stability k."""
         k = count_arg(k, "k", 1)
-        self._rel.check(f)
-        return self._unary(self._rel.select_many(k, f, select_many_columns(columns)), k)
+        rel = self._for(f)
+        rel.check(f)
+        return self._unary(rel.select_many(k, f, select_many_columns(columns)), k)
 
     def group_by(self, key: Any, **aggs: tuple[str, str]) -> Queryable:
         """One record per group: the key column(s) (or ``key`` for a row-wise key function),
@@ -171,9 +190,10 @@ class Queryable(NoisyQueries):
         column's numeric values. Stability 2 (one group out, one in)."""
         keys, key_fn = (None, key) if not isinstance(key, (str, list, tuple)) else (
             column_list(key, self.columns, "key"), None)
+        rel = self._for(key_fn)
         if key_fn is not None:
-            self._rel.check(key_fn)
-        return self._unary(self._rel.group_by(keys, key_fn, group_aggs(aggs, self.columns)), 2)
+            rel.check(key_fn)
+        return self._unary(rel.group_by(keys, key_fn, group_aggs(aggs, self.columns)), 2)
 
     def distinct(self) -> Queryable:
         """Distinct records. Stability 1."""
@@ -192,18 +212,33 @@ class Queryable(NoisyQueries):
         the explicit, data-independent ``keys``; records with an unlisted key are dropped. The
         parts share a max-agent: queries on different parts cost the maximum, not the sum
         (parallel composition)."""
-        klist = partition_keys(keys, f, self.columns, self._rel.check)
-        parts = self._rel.partition(klist, f)
+        rel = self._for(f)
+        klist = partition_keys(keys, f, self.columns, rel.check)
+        parts = rel.partition(klist, f)
         shared = PartitionAgent(self._agent)
         return {k: Queryable._derive(r, shared.part(k), self._roots, self._noise)
                 for k, r in zip(klist, parts, strict=True)}
 
     # ------------------------------------------------------------------ binary transformations
+    def _pair(self, other: Queryable | pd.DataFrame) -> tuple[Relation, Relation, Agent | None,
+                                                               list]:
+        """(this table's relation, the other's, its agent, its roots) on one backend: a pandas
+        frame opened without a backend joins a DuckDB table in DuckDB."""
+        mine = self._rel
+        if isinstance(other, Queryable) and other._rel.backend != mine.backend:
+            if self._frame is not None and other._rel.backend == "duckdb":
+                mine = duckdb_relation(self._frame)
+            elif other._frame is not None and mine.backend == "duckdb":
+                return mine, duckdb_relation(other._frame), other._agent, other._roots
+        if isinstance(other, pd.DataFrame):
+            return mine, mine.public(other), None, []
+        orel, oa, orr = self._other(other)
+        if orel.backend != mine.backend:
+            raise ValidationError(f"cannot combine a {mine.backend} table with a {orel.backend} one")
+        return mine, orel, oa, orr
+
     def _other(self, other: Queryable | pd.DataFrame) -> tuple[Relation, Agent | None, list]:
-        if isinstance(other, Queryable):
-            if other._rel.backend != self._rel.backend:
-                raise ValidationError(
-                    f"cannot combine a {self._rel.backend} table with a {other._rel.backend} one")
+        if isinstance(other, Queryable):  # same backend: checked by _pair
             return other._rel, other._agent, other._roots
         if isinstance(other, pd.DataFrame):
             return self._rel.public(other), None, []  # a public literal table: no agent, no cost
@@ -220,9 +255,9 @@ class Queryable(NoisyQueries):
         return Queryable._derive(rel, a, roots, self._noise)
 
     def _setop(self, other: Queryable | pd.DataFrame, op: str) -> Queryable:
-        orel, oa, orr = self._other(other)
+        mine, orel, oa, orr = self._pair(other)
         same_columns(self.columns, orel.columns, op)
-        return self._binary(getattr(self._rel, op)(orel), oa, orr)
+        return self._binary(getattr(mine, op)(orel), oa, orr)
 
     def concat(self, other: Queryable | pd.DataFrame) -> Queryable:
         """Multiset union (all records of both; same columns). Stability (1, 1)."""
@@ -249,14 +284,14 @@ class Queryable(NoisyQueries):
         """
         b1, b2 = (bound, bound) if not isinstance(bound, tuple) else bound
         b1, b2 = count_arg(b1, "bound", 1), count_arg(b2, "bound", 1)
-        orel, oa, orr = self._other(other)
+        mine, orel, oa, orr = self._pair(other)
         lk = column_list(on, self.columns, "on")
         rk = lk if right_on is None else column_list(right_on, orel.columns, "right_on")
         if right_on is None:
             column_list(on, orel.columns, "on")
         if len(lk) != len(rk):
             raise ValidationError("on and right_on must name the same number of columns")
-        return self._binary(self._rel.join(orel, b1, b2, lk, rk), oa, orr,
+        return self._binary(mine.join(orel, b1, b2, lk, rk), oa, orr,
                             c_self=2 * b2, c_other=2 * b1)
 
     # ------------------------------------------------------------------ d_X on tables
