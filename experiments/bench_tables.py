@@ -19,8 +19,14 @@ Rows (each: the library's charged, noised query vs the exact query on the same d
    source can pay) and the exact path (some budget is exhausted, so payers are decided by a
    join) are reported. Registering the budgets is a one-time cost, reported separately.
 
-Time: minimum over ``--repeats`` interleaved runs (library, exact, library, ...) after a warm-up.
-Run: ``python -m experiments.bench_tables`` (10^7 rows, 10^8-row Parquet) or ``--quick``.
+4. Issue 24 (:mod:`experiments.bench_tables_speed`, medians of interleaved runs): ProPer's
+   durable noisy count on 13 queries in a row (each ≤ 5× the exact count) and the budget store's
+   size after 100 queries (≤ 16 bytes per person); a d_X release over 1000 groups (≤ 1.5× the
+   exact GROUP BY); a pandas frame with the default backend, where + count (≤ 10× mask.sum).
+
+Time: rows 1-3, minimum over ``--repeats`` interleaved runs (library, exact, library, ...) after a
+warm-up; row 4, medians. ``--only`` picks groups (where, histogram, proper, proper13, release,
+pandas). Run: ``python -m experiments.bench_tables`` (10^7 rows, 10^8-row Parquet) or ``--quick``.
 Writes ``experiments/results/bench_tables.csv`` and ``.png`` (``bench_tables_quick`` for --quick).
 """
 
@@ -44,7 +50,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from experiments import bench_tables_speed as speed  # noqa: E402
+
 RESULTS = Path(__file__).resolve().parent / "results"
+GROUPS_ALL = ("where", "histogram", "proper", "proper13", "release", "pandas")
 K = 64  # elements of the histogram's universe
 
 
@@ -218,6 +227,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--parquet-rows", type=int, default=10**8)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--tmp", type=Path, default=Path("/tmp/dprivacy_bench_tables"))
+    ap.add_argument("--only", default=",".join(GROUPS_ALL),
+                    help=f"comma-separated groups of rows among {','.join(GROUPS_ALL)}")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     if args.quick:
@@ -227,14 +238,34 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     print(f"rows {args.rows:,}; pandas backend rows {args.pandas_rows:,}; Parquet rows "
           f"{args.parquet_rows:,}; repeats {args.repeats}", flush=True)
 
+    only = {g.strip() for g in args.only.split(",") if g.strip()}
+    unknown = only - set(GROUPS_ALL)
+    if unknown:
+        ap.error(f"unknown groups {sorted(unknown)}; choose among {GROUPS_ALL}")
     df = make_frame(args.rows)
-    rows = bench_where(df, make_frame(args.pandas_rows), args.repeats)
-    print(pd.DataFrame(rows).to_string(index=False, float_format="%.4f"), flush=True)
-    parquet = args.tmp / f"records_{args.parquet_rows}.parquet"
-    write_parquet(parquet, args.parquet_rows)
-    rows += bench_histogram(parquet, args.parquet_rows, args.repeats)
-    print(pd.DataFrame(rows[-1:]).to_string(index=False, float_format="%.4f"), flush=True)
-    rows += bench_proper(df, args.tmp, args.repeats)
+    small = make_frame(args.pandas_rows)
+    rows: list[dict] = []
+
+    def show(new: list[dict]) -> None:
+        rows.extend(new)
+        print(pd.DataFrame(new).to_string(index=False, float_format="%.4f"), flush=True)
+
+    if "where" in only:
+        show(bench_where(df, small, args.repeats))
+    if "histogram" in only:
+        parquet = args.tmp / f"records_{args.parquet_rows}.parquet"
+        write_parquet(parquet, args.parquet_rows)
+        show(bench_histogram(parquet, args.parquet_rows, args.repeats))
+    if "proper" in only:
+        show(bench_proper(df, args.tmp, args.repeats))
+    if "proper13" in only:
+        show(speed.proper_13(df, args.tmp))
+    if "release" in only:
+        groups = args.tmp / f"groups_{args.rows}.parquet"
+        speed.write_groups_parquet(groups, args.rows)
+        show(speed.histogram_1000(groups, args.rows, max(args.repeats, 3)))
+    if "pandas" in only:
+        show(speed.pandas_default(small, max(args.repeats, 3)))
     if args.quick:
         shutil.rmtree(args.tmp, ignore_errors=True)
 
@@ -245,7 +276,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     fig, ax = plt.subplots(figsize=(9, 4))
     labels = [f"{r.benchmark}\n{r.system}" for r in table.itertuples()]
     ypos = np.arange(len(table))
-    ax.barh(ypos, table["ratio"], color=["tab:green" if m else "tab:red" for m in table["met"]])
+    colours = {True: "tab:green", False: "tab:red"}
+    ax.barh(ypos, table["ratio"], color=[colours.get(m, "tab:gray") for m in table["met"]])
     ax.scatter(table["target"], ypos, marker="|", s=400, color="k", label="target")
     ax.set_yticks(ypos, labels, fontsize=7)
     ax.set_xscale("log")

@@ -134,6 +134,13 @@ class DuckEngine(Engine):
     def register_frame(self, data: pd.DataFrame | pa.Table, prefix: str = "src") -> ir.Table:
         name = fresh_name(prefix)
         self.raw.register(name, data)  # zero-copy scan of the frame's buffers
+        if isinstance(data, pa.Table):  # the schema is the Arrow table's: no query needed
+            try:
+                sch = ibis.Schema.from_pyarrow(data.schema)
+            except Exception:  # a type Ibis cannot map: ask DuckDB
+                return self.table(name)
+            return ops.DatabaseTable(name=name, schema=sch, source=self.ibis,
+                                     namespace=ops.Namespace()).to_expr()
         return self.table(name)
 
     def register_parquet(self, paths: list[str]) -> ir.Table:

@@ -65,6 +65,7 @@ class IbisRelation:
         self.table = table
         self.unique = unique
         self._resolved: dict[int, tuple[Any, ir.Value]] = {}
+        self.known_count: int | None = None  # set by a charge that counted the records already
         cols = [c for c in table.columns if c != PID]
         sch = table.schema()
         self._public = public_table(ibis.schema({c: sch[c] for c in cols}))
@@ -272,6 +273,8 @@ class IbisRelation:
     # ------------------------------------------------------------------ exact aggregates
     def count(self) -> int:
         """The number of records (exact). Call only after the charge."""
+        if self.known_count is not None:
+            return self.known_count
         return aggregates.count(self)
 
     def clamped_sum(self, value: Any, lo: float, hi: float) -> float:

@@ -1,4 +1,4 @@
-"""experiments/bench_tables.py --quick runs end to end and reports every issue 9 target."""
+"""experiments/bench_tables.py --quick runs end to end and reports every issue 9 and 24 target."""
 
 from __future__ import annotations
 
@@ -11,6 +11,11 @@ def test_bench_tables_quick_writes_its_table(tmp_path):
     assert (tmp_path / "bench_tables_quick.png").exists()
     assert set(t["benchmark"]) == {"where-where-noisy_count",
                                    "d_X histogram from Parquet (GROUP BY key)",
-                                   "ProPer noisy_count, durable ledger"}
+                                   "ProPer noisy_count, durable ledger",
+                                   "ProPer durable noisy_count, 13 queries",
+                                   "d_X histogram release, 1000 groups (Parquet)",
+                                   "pandas where + noisy_count, default backend"}
+    assert (t["benchmark"] == "ProPer durable noisy_count, 13 queries").sum() == 13
+    assert (t["store_bytes_per_person_after_100"].dropna() > 0).all()
     assert (t["time_s"] > 0).all() and (t["ref_time_s"] > 0).all()
     assert (t["ratio"] == t["time_s"] / t["ref_time_s"]).all()

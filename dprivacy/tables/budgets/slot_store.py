@@ -1,0 +1,473 @@
+"""ProPer's personal budgets as arrays, made durable by a compact per-query record of who paid.
+
+:class:`SlotStore` keeps every registered individual in a *slot* (its registration position):
+``ids[slot]`` is the person id, ``remaining[slot]`` and ``initial[slot]`` the budgets in integer
+units of 10⁻⁹ ε (as :mod:`dprivacy.tables.budgets.ledger`). A query's charge is a vectorised update of
+``remaining``; what makes it durable is one *record* appended to the store's file: the query
+number, its label, and who paid how much: with one amount per payer (ε-queries on unique
+relations), the payers' bitmap over the slots, N/8 bytes for N people whoever pays; with several
+amounts, a compressed bitmap per amount, or the compressed (slot, amount) pairs if smaller.
+Opening the file loads the last snapshot and replays the records after it; once the records
+outweigh a few bytes per person they are folded into a new snapshot (*compaction*: written to a
+temporary file, synced, renamed over the store).
+
+**Crash safety.** A record is appended with one ``write`` and ``fsync`` (the commit) before
+:meth:`SlotStore.charge` returns, so before any answer is computed; every record carries its
+length and CRC-32: a process killed mid-write leaves a torn tail, which the next process to take
+the lock discards (that charge never happened, and its answer never existed). The in-memory
+debit runs alongside the commit and is undone if the commit fails.
+Compaction replaces the file atomically (``rename``), so a kill leaves either the old file or
+the new one, each complete. A budget is therefore always charged or not, never half.
+
+**Processes.** Every operation on a file store holds an exclusive ``flock`` on ``<path>.lock``
+(waiting up to ``timeout`` seconds) and first catches up with the records other processes
+appended (or reloads a compacted file), so processes sharing a file never overspend together.
+
+File layout: ``DPBUDGT1``, the snapshot (a JSON header, the compressed arrays and the query log
+summary, a CRC-32), then records ``DPQ1 | length | CRC-32 | payload``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import random
+import struct
+import threading
+import time
+import zlib
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from dprivacy.errors import DPrivacyError, ValidationError
+
+__all__ = ["SlotStore", "LedgerLockTimeout"]
+
+_MAGIC, _REC = b"DPBUDGT1", b"DPQ1"
+_REC_HEAD = struct.Struct("<4sII")  # magic, payload length, CRC-32 of the payload
+_CODEC = "zstd"
+COMPACT_BYTES_PER_SLOT = 4  # fold the records into a snapshot beyond this many bytes per person
+
+
+class LedgerLockTimeout(DPrivacyError):
+    """The budget file stayed locked by other processes for longer than the timeout; nothing
+    was charged."""
+
+
+def _pack(a: np.ndarray | bytes) -> bytes:
+    raw = a.tobytes() if isinstance(a, np.ndarray) else a
+    return pa.compress(raw, codec=_CODEC, asbytes=True) if raw else b""
+
+
+def _unpack(blob: bytes, size: int) -> bytes:
+    if size == 0:
+        return b""
+    return pa.decompress(blob, decompressed_size=size, codec=_CODEC, asbytes=True)
+
+
+class SlotStore:
+    """Budgets of individuals in slots, in memory or in a file (see the module doc).
+
+    Parameters:
+        path: the store's file (created if missing); None keeps everything in memory.
+        timeout: seconds to wait for other processes' locks on the file.
+    """
+
+    def __init__(self, path: str | os.PathLike | None = None, *, timeout: float = 60.0) -> None:
+        self.path = None if path is None else os.fspath(path)
+        self.timeout = float(timeout)
+        self.lock = threading.RLock()
+        self._pid = os.getpid()
+        self._lockfd: int | None = None
+        self._depth = 0
+        self._reset()
+        self.compact_bytes: int | None = None  # None: COMPACT_BYTES_PER_SLOT per person + 1 MiB
+        if self.path is not None:
+            with self.locked():
+                if not os.path.exists(self.path):
+                    self._write_snapshot()
+                else:
+                    self._sync()
+
+    def _reset(self) -> None:
+        self.ids = np.zeros(0, np.int64)
+        self.initial = np.zeros(0, np.int64)
+        self.remaining = np.zeros(0, np.int64)
+        self.next_id = 0
+        self.next_query = 1
+        self.queries: list[list[Any]] = []  # [query, label, payers, total amount]
+        self._index: pd.Index | None = None
+        self._ident: bool | None = None
+        self._ino: int | None = None
+        self._off = 0
+        self._log_bytes = 0
+
+    # ------------------------------------------------------------------ locking
+    def locked(self) -> _Locked:
+        """Context: this object's thread lock plus the file lock, caught up with the file."""
+        return _Locked(self)
+
+    def _acquire_file(self) -> None:
+        if self.path is None:
+            if self._pid != os.getpid():  # a copy of the budgets would be spent twice
+                raise ValidationError("an in-memory BudgetTable cannot be shared with a forked "
+                                      "process; give it a file path")
+            return
+        if self._pid != os.getpid():  # a forked child: its own descriptors and state
+            self._lockfd, self._pid, self._ino = None, os.getpid(), None
+        if self._lockfd is None:
+            self._lockfd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                fcntl.flock(self._lockfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise LedgerLockTimeout(
+                        f"the budget file {self.path} stayed locked by other processes for "
+                        f"{self.timeout} s; nothing was charged") from None
+                time.sleep(random.uniform(0.001, 0.01))
+
+    def _release_file(self) -> None:
+        if self.path is not None and self._lockfd is not None:
+            fcntl.flock(self._lockfd, fcntl.LOCK_UN)
+
+    # ------------------------------------------------------------------ ids
+    @property
+    def size(self) -> int:
+        """Number of registered individuals (slots)."""
+        return int(self.ids.size)
+
+    def identity(self) -> bool:
+        """Whether slot i holds person id i for every slot (ids need no lookup)."""
+        if self._ident is None:
+            n = self.ids.size
+            self._ident = n == 0 or (int(self.ids[0]) == 0 and int(self.ids[-1]) == n - 1 and
+                                     bool(np.all(np.diff(self.ids) == 1)))
+        return self._ident
+
+    def slots_of(self, ids: np.ndarray) -> np.ndarray:
+        """The slot of each person id (-1 for an unknown id)."""
+        return self.lookup(ids)[0]
+
+    def lookup(self, ids: np.ndarray, *, nonneg: bool = False) -> tuple[np.ndarray, bool]:
+        """(the slot of each person id, -1 if unknown; whether every id is known).
+        ``nonneg``: the caller knows the ids are >= 0 (saves a pass)."""
+        a = np.asarray(ids, dtype=np.int64)
+        n = self.ids.size
+        if a.size == 0:
+            return a, True
+        if self.identity():
+            if (nonneg or int(a.min()) >= 0) and int(a.max()) < n:
+                return a, True  # slot i holds id i: the ids are the slots
+            out = a.copy()
+            out[(a < 0) | (a >= n)] = -1
+            return out, False
+        if self._index is None:
+            self._index = pd.Index(self.ids)
+        out = np.asarray(self._index.get_indexer(pd.Index(a)), dtype=np.int64)
+        return out, bool(out.min() >= 0)
+
+    # ------------------------------------------------------------------ changes
+    def add(self, ids: np.ndarray, units: np.ndarray) -> None:
+        """Register new individuals (ids not yet present, checked by the caller) with initial
+        budgets ``units``; durable at once (a new snapshot). Call inside :meth:`locked`."""
+        if ids.size == 0:
+            return
+        self.ids = np.concatenate([self.ids, ids.astype(np.int64)])
+        self.initial = np.concatenate([self.initial, units.astype(np.int64)])
+        self.remaining = np.concatenate([self.remaining, units.astype(np.int64)])
+        self.next_id = max(self.next_id, int(ids.max()) + 1)
+        self._index, self._ident = None, None
+        self._write_snapshot()
+
+    def reserve(self, n: int) -> int:
+        """Reserve ``n`` fresh ids; returns the first. Call inside :meth:`locked`."""
+        start = max(self.next_id, int(self.ids.max()) + 1 if self.ids.size else 0)
+        self.next_id = start + int(n)
+        self._write_snapshot()
+        return start
+
+    def charge(self, slots: np.ndarray, amount: int | np.ndarray, label: str | None, *,
+               ok: np.ndarray | None = None, after: np.ndarray | None = None) -> int:
+        """Commit one query's debits and apply them; returns the query number.
+
+        ``slots``: the sources asked to pay (each once); ``ok``: which of them pay (None: all;
+        the caller decided it inside :meth:`locked`); ``amount``: what each pays (one number or
+        one per slot); ``after``: the budgets of all ``slots`` after the charge (payers debited,
+        the others unchanged), if the caller has them. With one amount, the record is the
+        payers' bitmap over all slots, uncompressed, and the budgets of every asked slot are
+        rewritten: the same work and the same bytes whoever pays.
+
+        The record is encoded, written and synced in a helper thread while this one debits the
+        budgets in memory (numpy and the system calls release the GIL): nothing outside this
+        store reads the budgets before :meth:`locked` is left, and a failed commit undoes the
+        debit before the error propagates."""
+        slots = np.asarray(slots, dtype=np.int64)
+        scalar = np.ndim(amount) == 0
+        amounts = int(amount) if scalar else np.asarray(amount, dtype=np.int64)
+        payers = slots.size if ok is None else int(np.count_nonzero(ok))
+        qid = self.next_query
+        if isinstance(amounts, int):
+            total = amounts * payers
+        else:
+            total = int(np.sum(amounts if ok is None else amounts[ok]))
+        failure: list[BaseException] = []
+        worker = None
+        if self.path is not None:
+            path, n, off = self.path, self.size, self._off
+            written: list[int] = []
+
+            def commit() -> None:
+                try:
+                    rec = _encode(qid, label, n, slots, amounts, ok)
+                    written.append(_append(path, off, rec))
+                except BaseException as exc:  # re-raised by the caller's thread
+                    failure.append(exc)
+
+            worker = threading.Thread(target=commit, name="dprivacy-budget-commit")
+            worker.start()
+        self._apply_debit(slots, amounts, ok, after, +1)
+        if worker is not None:
+            worker.join()
+            if failure:
+                self._apply_debit(slots, amounts, ok, after, -1)  # the charge never happened
+                raise failure[0]
+            self._off += written[0]
+            self._log_bytes += written[0]
+        self.next_query = qid + 1
+        self.queries.append([qid, label, payers, total])
+        limit = (COMPACT_BYTES_PER_SLOT * self.size + (1 << 20) if self.compact_bytes is None
+                 else self.compact_bytes)
+        if self.path is not None and self._log_bytes > limit:
+            self._write_snapshot()
+        return qid
+
+    def _apply_debit(self, slots: np.ndarray, amounts: int | np.ndarray, ok: np.ndarray | None,
+                     after: np.ndarray | None, sign: int) -> None:
+        rem = self.remaining
+        if after is not None:
+            if sign > 0:
+                rem[slots] = after
+            else:  # undo: the payers get their amount back
+                back = amounts if ok is None else np.where(ok, amounts, 0)
+                rem[slots] = after + back
+            return
+        if ok is None:
+            _debit(rem, slots, sign * amounts)
+        else:
+            _debit(rem, slots[ok], sign * (amounts if isinstance(amounts, int) else amounts[ok]))
+
+    # ------------------------------------------------------------------ files
+    def _write_snapshot(self) -> None:
+        """Fold everything into a new file (atomic rename). Inside :meth:`locked`."""
+        if self.path is None:
+            return
+        ident = self.identity()
+        blobs = [b"" if ident else _pack(self.ids), _pack(self.initial), _pack(self.remaining),
+                 _pack(json.dumps(self.queries).encode())]
+        raw = [0 if ident else self.ids.nbytes, self.initial.nbytes, self.remaining.nbytes,
+               len(json.dumps(self.queries).encode())]
+        meta = json.dumps({"n": self.size, "identity": ident, "next_id": self.next_id,
+                           "next_query": self.next_query, "blobs": [len(b) for b in blobs],
+                           "raw": raw}).encode()
+        body = struct.pack("<Q", len(meta)) + meta + b"".join(blobs)
+        data = _MAGIC + body + struct.pack("<I", zlib.crc32(body))
+        tmp = f"{self.path}.tmp{os.getpid()}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        _fsync_dir(self.path)
+        self._ino, self._off, self._log_bytes = os.stat(self.path).st_ino, len(data), 0
+
+    def _load(self) -> None:
+        assert self.path is not None
+        with open(self.path, "rb") as f:
+            ino = os.fstat(f.fileno()).st_ino
+            head = f.read(16)
+            if len(head) < 16 or head[:8] != _MAGIC:
+                raise ValidationError(f"{self.path} is not a dprivacy budget file")
+            (mlen,) = struct.unpack("<Q", head[8:])
+            meta_b = f.read(mlen)
+            meta = json.loads(meta_b)
+            blobs = [f.read(n) for n in meta["blobs"]]
+            (crc,) = struct.unpack("<I", f.read(4))
+            body = head[8:] + meta_b + b"".join(blobs)
+            if zlib.crc32(body) != crc:
+                raise ValidationError(f"{self.path}: the budget snapshot is corrupt (CRC)")
+            off = f.tell()
+        n = int(meta["n"])
+        raw = meta["raw"]
+        self.ids = (np.arange(n, dtype=np.int64) if meta["identity"] else
+                    np.frombuffer(_unpack(blobs[0], raw[0]), np.int64).copy())
+        self.initial = np.frombuffer(_unpack(blobs[1], raw[1]), np.int64).copy()
+        self.remaining = np.frombuffer(_unpack(blobs[2], raw[2]), np.int64).copy()
+        self.queries = json.loads(_unpack(blobs[3], raw[3]) or b"[]")
+        self.next_id, self.next_query = int(meta["next_id"]), int(meta["next_query"])
+        self._index, self._ident = None, None
+        self._ino, self._off, self._log_bytes = ino, off, 0
+
+    def _sync(self) -> None:
+        """Catch up with the file: reload it if it was replaced, replay new records, and cut a
+        torn tail (its writer died before committing). Inside :meth:`locked`."""
+        assert self.path is not None
+        st = os.stat(self.path)
+        if st.st_ino != self._ino:
+            self._load()
+        if st.st_size <= self._off:
+            return
+        with open(self.path, "rb") as f:
+            f.seek(self._off)
+            data = f.read()
+        pos = 0
+        while pos + _REC_HEAD.size <= len(data):
+            magic, n, crc = _REC_HEAD.unpack_from(data, pos)
+            payload = data[pos + _REC_HEAD.size: pos + _REC_HEAD.size + n]
+            if magic != _REC or len(payload) < n or zlib.crc32(payload) != crc:
+                break
+            self._apply(payload)
+            pos += _REC_HEAD.size + n
+        if pos < len(data):  # a torn record: its process died before the commit
+            os.truncate(self.path, self._off + pos)
+        self._off += pos
+        self._log_bytes += pos
+
+    def _apply(self, payload: bytes) -> None:
+        (mlen,) = struct.unpack_from("<I", payload, 0)
+        meta = json.loads(payload[4: 4 + mlen])
+        pos = 4 + mlen
+        slots, amounts = _decode(meta, payload, pos)
+        _debit(self.remaining, slots, amounts)
+        self.next_query = int(meta["q"]) + 1
+        self.queries.append([int(meta["q"]), meta["label"], int(slots.size),
+                             int(amounts.sum()) if amounts.size else 0])
+
+    def close(self) -> None:
+        """Close the lock file descriptor."""
+        if self._lockfd is not None and self._pid == os.getpid():
+            os.close(self._lockfd)
+        self._lockfd = None
+
+
+class _Locked:
+    def __init__(self, store: SlotStore) -> None:
+        self.s = store
+
+    def __enter__(self) -> SlotStore:
+        s = self.s
+        s.lock.acquire()
+        try:
+            if s._depth == 0:
+                s._acquire_file()
+                try:
+                    if s.path is not None and os.path.exists(s.path):
+                        s._sync()
+                except BaseException:
+                    s._release_file()
+                    raise
+            s._depth += 1
+        except BaseException:
+            s.lock.release()
+            raise
+        return s
+
+    def __exit__(self, *exc: Any) -> None:
+        s = self.s
+        s._depth -= 1
+        try:
+            if s._depth == 0:
+                s._release_file()
+        finally:
+            s.lock.release()
+
+
+def _debit(rem: np.ndarray, slots: np.ndarray, amounts: int | np.ndarray) -> None:
+    if slots.size:
+        rem[slots] -= amounts
+
+
+def _append(path: str, off: int, rec: bytes) -> int:
+    """Append ``rec`` to the file (which ends at ``off``) and sync it: the commit. On failure
+    the file is cut back to ``off`` (no half record may precede later ones)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        if os.write(fd, rec) != len(rec):
+            raise OSError("short write to the budget file")
+        os.fsync(fd)
+    except BaseException:
+        os.truncate(path, off)
+        raise
+    finally:
+        os.close(fd)
+    return len(rec)
+
+
+def _encode(qid: int, label: str | None, n: int, slots: np.ndarray,
+            amounts: int | np.ndarray, ok: np.ndarray | None) -> bytes:
+    """One record. One amount: the payers' bitmap over the n slots, uncompressed (its size and
+    the work to build it do not depend on who pays). Several amounts: per distinct amount a
+    compressed bitmap, or (if smaller) the compressed (slot, amount) pairs."""
+    groups: list[list[Any]] = []
+    blobs: list[bytes] = []
+    if isinstance(amounts, int):
+        mask = np.zeros(n, dtype=bool)
+        mask[slots] = True if ok is None else ok
+        bits = np.packbits(mask).tobytes()
+        groups.append(["raw", int(amounts), len(bits), len(bits)])
+        blobs.append(bits)
+    else:
+        amt = np.asarray(amounts)
+        if ok is not None:
+            slots, amt = slots[ok], amt[ok]
+        vals = np.unique(amt) if amt.size else np.zeros(0, np.int64)
+        if vals.size * ((n + 7) // 8) <= slots.size * 16:
+            for v in vals.tolist():
+                mask = np.zeros(n, dtype=bool)
+                mask[slots[amt == v]] = True
+                packed = np.packbits(mask)
+                blob = _pack(packed)
+                groups.append(["bits", int(v), packed.nbytes, len(blob)])
+                blobs.append(blob)
+        elif slots.size:
+            pairs = np.stack([slots, amt]).astype(np.int64)
+            blob = _pack(pairs)
+            groups.append(["pairs", 0, pairs.nbytes, len(blob)])
+            blobs.append(blob)
+    meta = json.dumps({"q": qid, "label": label, "n": n, "groups": groups}).encode()
+    payload = struct.pack("<I", len(meta)) + meta + b"".join(blobs)
+    return _REC_HEAD.pack(_REC, len(payload), zlib.crc32(payload)) + payload
+
+
+def _decode(meta: dict, payload: bytes, pos: int) -> tuple[np.ndarray, np.ndarray]:
+    slots, amounts = [], []
+    n = int(meta["n"])
+    for kind, v, raw, size in meta["groups"]:
+        blob = payload[pos: pos + size]
+        pos += size
+        data = np.frombuffer(blob if kind == "raw" else _unpack(blob, raw), np.uint8)
+        if kind in ("bits", "raw"):
+            s = np.flatnonzero(np.unpackbits(data, count=n)).astype(np.int64)
+            slots.append(s)
+            amounts.append(np.full(s.size, int(v), np.int64))
+        else:
+            pairs = data.view(np.int64).reshape(2, -1)
+            slots.append(pairs[0])
+            amounts.append(pairs[1])
+    if not slots:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(slots), np.concatenate(amounts)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(os.path.dirname(os.path.abspath(path)) or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
