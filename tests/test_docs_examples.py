@@ -42,6 +42,8 @@ SKIP: dict[tuple[str, str], str] = {
         "starts services that run until stopped (tests/local/test_transport.py runs them)",
     ("docs/local.md", "python -m experiments.local_optimal_vs_planar            # the full run"):
         "the full run takes minutes (tests/local/test_experiment.py runs the quick mode)",
+    ("docs/service.md", "dprivacy serve --config service.toml --host 127.0.0.1 --port 8765"):
+        "starts a service that runs until stopped (tests/service/test_crash.py runs it)",
     ("docs/reproduction.md", "dprivacy reproduce --all"):
         "the full reproduction takes minutes (tests/test_experiments.py runs the quick mode)",
 }
@@ -154,6 +156,10 @@ def check_page_output(page: str, out: str) -> None:
                      "{'total': 1.0, 'field/income': 0.5}", "{'total': 0.6, 'field/income': 0.1}",
                      "20 ['cost', 'query', 'result', 'status', 'user']",
                      "is not an output of T", "[-1, 1]\n", "True Optimal", "(16, 16)\n"):
+            assert line in out, (line, out)
+    if page == "docs/service.md":  # budgets and refusals the page states
+        for line in ("remaining 1.0\n", "remaining 0.75\n", "refused: BudgetExceededError\n",
+                     "refused: UnsupportedOperationError\n", "True\n"):
             assert line in out, (line, out)
     if page == "docs/tutorials/tables.md":
         remaining = [line.split()[1] for line in out.splitlines() if line.startswith("remaining")]

@@ -9,6 +9,7 @@ a wrong key), :class:`AccessDeniedError` (a source the key may not use) and
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 from dprivacy.errors import (
@@ -61,7 +62,11 @@ class Session:
         import httpx
 
         self.url = url.rstrip("/")
+        # TCP_NODELAY: a request's header and body segments are not held back by Nagle's
+        # algorithm waiting for a delayed ACK (~40 ms on Linux)
+        nodelay = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
         self._http = httpx.Client(base_url=self.url, timeout=timeout,
+                                  transport=httpx.HTTPTransport(socket_options=nodelay),
                                   headers={"Authorization": f"Bearer {key}"})
 
     def request(self, method: str, path: str, body: Any = None) -> Any:

@@ -4,16 +4,14 @@ Every endpoint but ``/v1/health`` needs ``Authorization: Bearer <key>`` (401 wit
 403 for a source the analyst may not use). Errors are one JSON line
 ``{"error": "<class>", "message": "<one line>"}`` whose text depends only on the request.
 
-Endpoints::
-
-    GET  /v1/health           liveness (no key needed)
-    GET  /v1/sources          the sources this analyst may query, with their kind
-    GET  /v1/sources/{name}   a source's public schema and kind
-    POST /v1/schema           {"v": 1, "table": ...} -> the public schema of a derived table
-    POST /v1/budget           {"v": 1, "table": ...} -> the analyst's remaining PINQ budget
-    POST /v1/query            {"v": 1, "table": ..., "query": ...} -> {"value": ...},
-                              released at the query's deadline (dprivacy.service.runner);
-                              a refused plan is answered at the default deadline too
+* ``GET /v1/health``: liveness (no key needed);
+* ``GET /v1/sources``: the sources this analyst may query, with their kind;
+* ``GET /v1/sources/{name}``: a source's public schema and kind;
+* ``POST /v1/schema`` ``{"v": 1, "table": ...}``: the public schema of a derived table;
+* ``POST /v1/budget`` ``{"v": 1, "table": ...}``: the analyst's remaining PINQ budget;
+* ``POST /v1/query`` ``{"v": 1, "table": ..., "query": ...}``: ``{"value": ...}``, released at
+  the query's deadline (:mod:`dprivacy.service.runner`); a refused plan is answered at the
+  default deadline too.
 
 No endpoint returns records, per-person budgets or the ledger. Request bodies larger than the
 configured cap are refused while they are read (413), before any parsing.
