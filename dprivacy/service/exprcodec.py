@@ -280,7 +280,11 @@ def _bound(op: str, args: dict[str, Any], kids: dict[str, list[Cost]],
     if op in _SAME:
         g, c = a.g, a.c
     elif op in ("Cast", "TryCast"):
-        g, c = a.g, max(a.c, _PRINTED)
+        to = args.get("to")
+        printed = isinstance(to, dict) and str(to.get("dtype", "")).lstrip("!") == "string"
+        # a value printed as a string: a number takes at most _PRINTED characters, an array or
+        # a struct at most 4 per character or item (quotes, separators)
+        g, c = (4 * a.g, max(4 * a.c, _PRINTED)) if printed else (a.g, a.c)
     elif op in _SUM:
         g, c = sum(x.g for x in every), sum(x.c for x in every)
     elif op in _MAX:

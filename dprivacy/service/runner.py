@@ -154,12 +154,11 @@ class Runner:
             out = await asyncio.wait_for(asyncio.shield(real),
                                          timeout=max(0.0, deadline - time.monotonic()))
         except TimeoutError:
-            with job.lock:
-                running = job.state == "running"
-                if job.state == "queued":
+            with job.lock:  # held while interrupting: the owner's thread cannot move on to
+                if job.state == "queued":  # another query meanwhile
                     job.state = "skipped"
-            if running:
-                self.owner.interrupt()
+                elif job.state == "running":
+                    self.owner.interrupt()
             self.overruns += 1
             out = Outcome(default=True)
         if out.default:
