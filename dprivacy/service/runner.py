@@ -11,7 +11,8 @@ then computed), one at a time in the owner's thread. At the deadline it answers:
   (:class:`~dprivacy.errors.DPrivacyError`: bad plan, PINQ budget exceeded; these depend on the
   plan and the analyst's own spending only);
 * otherwise the default answer: an overrun query is interrupted (its charge, if committed,
-  stands), and a query that had not started yet is skipped;
+  stands); a query that had not started yet is not run, but a PINQ query is still charged its
+  s·ε (on an empty selection), so every answer released, default or not, has been paid for;
 * any other exception raised while running (which the tables never raise because of the data)
   is also answered by the default, so no exception can tell records apart.
 
@@ -89,9 +90,11 @@ class Runner:
     # ------------------------------------------------------------------ work in the threads
     def _real(self, analyst: str, plan: Plan, job: _Job) -> Outcome:
         with job.lock:
-            if job.state == "skipped":
-                return Outcome(default=True)
+            skipped = job.state == "skipped"
             job.state = "running"
+        if skipped:
+            self._charge_only(analyst, plan)
+            return Outcome(default=True)
         try:
             cache = self._cache.setdefault(analyst, OrderedDict())
             t = Builder(lambda s: self.owner.table(s, analyst), cache).table(plan.table)
@@ -108,6 +111,20 @@ class Runner:
         finally:
             with job.lock:
                 job.state = "done"
+
+    def _charge_only(self, analyst: str, plan: Plan) -> None:
+        """A query that overran before it started: its default was released, and its charge is
+        made now on an empty selection. PINQ charges s·ε exactly as the query would have; ProPer
+        charges nobody (no record was read, so nobody's data was used)."""
+        import ibis
+
+        try:
+            cache = self._cache.setdefault(analyst, OrderedDict())
+            t = Builder(lambda s: self.owner.table(s, analyst), cache).table(plan.table)
+            assert plan.query is not None
+            t.where(ibis.literal(False)).noisy_count(plan.query["eps"])
+        except Exception as exc:  # noqa: BLE001 - e.g. the budget cannot pay: nothing to charge
+            log.warning("overrun query: charge not made (%s)", type(exc).__name__)
 
     def _default(self, plan: Plan) -> Outcome:
         try:
@@ -160,6 +177,7 @@ class Runner:
                 elif job.state == "running":
                     self.owner.interrupt()
             self.overruns += 1
+            log.warning("a query overran its deadline: answered by the default")
             out = Outcome(default=True)
         if out.default:
             out = await dflt

@@ -31,9 +31,10 @@ def _port() -> int:
 
 def _serve(cfg: Path, port: int) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    log = open(cfg.parent / f"serve-{port}-{time.monotonic_ns()}.log", "w")  # noqa: SIM115
     p = subprocess.Popen([sys.executable, "-m", "dprivacy", "serve", "--config", str(cfg),
-                          "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE)
+                          "--port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=log)
+    p.log = Path(log.name)  # type: ignore[attr-defined]
     t0 = time.monotonic()
     while time.monotonic() - t0 < 120:
         try:
@@ -42,14 +43,14 @@ def _serve(cfg: Path, port: int) -> subprocess.Popen:
         except httpx.HTTPError:
             pass
         if p.poll() is not None:
-            raise RuntimeError(p.stderr.read().decode() if p.stderr else "serve exited")
+            raise RuntimeError(Path(log.name).read_text())
         time.sleep(0.1)
     p.kill()
     raise RuntimeError("serve did not start")
 
 
 def test_sigkill_releases_nothing_uncharged_and_budgets_survive(tmp_path: Path):
-    cfg = write_service(tmp_path, people(50), query_seconds=0.1)
+    cfg = write_service(tmp_path, people(50), query_seconds=0.3)
     port = _port()
     url = f"http://127.0.0.1:{port}"
     proc = _serve(cfg, port)
@@ -79,6 +80,9 @@ def test_sigkill_releases_nothing_uncharged_and_budgets_survive(tmp_path: Path):
     stop.set()
     th.join()
     n_pinq, n_proper = answered["pinq"], answered["proper"]
+    # an overrun on this loaded machine answers with the default: a PINQ query is charged all
+    # the same, a ProPer one that never started charges nobody (it read no record)
+    overruns = proc.log.read_text().count("overran its deadline")
 
     from dprivacy.tables import Ledger
     from dprivacy.tables.budgets.budget_table import BudgetTable
@@ -94,8 +98,8 @@ def test_sigkill_releases_nothing_uncharged_and_budgets_survive(tmp_path: Path):
     bt.close()
     # every released answer was charged (at most one more query in flight was charged too)
     assert 1.0 - 0.01 * (n_pinq + 1) - 1e-9 <= pinq_left <= 1.0 - 0.01 * n_pinq + 1e-9
-    assert np.all(proper_left <= 1.0 - 0.01 * n_proper + 1e-9)
     assert np.all(proper_left >= 1.0 - 0.01 * (n_proper + 1) - 1e-9)
+    assert np.all(proper_left <= 1.0 - 0.01 * (n_proper - overruns) + 1e-9)
     assert np.all(others == 1.0)
 
     proc = _serve(cfg, port)  # restart: the stored budgets win over the config's
