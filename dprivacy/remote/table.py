@@ -50,6 +50,15 @@ def _public(df: Any) -> dict[str, Any]:
             "rows": [[_py(v) for v in row] for row in df.itertuples(index=False, name=None)]}
 
 
+def _options(options: dict[str, Any]) -> dict[str, Any]:
+    def one(v: Any) -> Any:
+        if isinstance(v, (list, tuple)) or getattr(v, "ndim", 0) > 0:
+            return [_py(x) for x in v]
+        return _py(v)
+
+    return {k: one(v) for k, v in options.items()}
+
+
 class RemoteTable:
     """A protected table held by the service (see the module doc).
 
@@ -253,19 +262,20 @@ class RemoteTable:
         return float(self._ask({"op": "noisy_average", "eps": eps, "f": self._expr(f, "f"),
                                 "lo": lo, "hi": hi}))
 
-    def noisy_order_statistic(self, eps: float, frac: float, f: Any = None, lo: float = 0.0,
-                              hi: float = 1.0) -> float:
-        """Exponential-mechanism ``frac``-quantile of clamp(f(x), lo, hi)."""
+    def noisy_order_statistic(self, eps: float, frac: float, f: Any = None,
+                              lo: float | None = None, hi: float | None = None,
+                              **options: Any) -> float:
+        """The ``frac``-quantile of clamp(f(x), lo, hi), as the table computes it (``options``
+        are its keyword arguments, e.g. ``candidates``: a public list or a grid size)."""
         return float(self._ask({"op": "noisy_order_statistic", "eps": eps, "frac": frac,
-                                "f": self._expr(f, "f"), "lo": lo, "hi": hi}))
+                                "f": self._expr(f, "f"), "lo": lo, "hi": hi,
+                                "options": _options(options)}))
 
-    def noisy_median(self, eps: float, f: Any = None, lo: float = 0.0, hi: float = 1.0,
-                     **options: Any) -> float:
-        """The table's noisy median (``options`` are passed to its ``noisy_median``)."""
-        opts = {k: ([_py(x) for x in v] if isinstance(v, (list, tuple)) else _py(v))
-                for k, v in options.items()}
+    def noisy_median(self, eps: float, f: Any = None, lo: float | None = None,
+                     hi: float | None = None, **options: Any) -> float:
+        """The table's noisy median (``options``, e.g. ``candidates``, are passed to it)."""
         return float(self._ask({"op": "noisy_median", "eps": eps, "f": self._expr(f, "f"),
-                                "lo": lo, "hi": hi, "options": opts}))
+                                "lo": lo, "hi": hi, "options": _options(options)}))
 
     def exponential_mechanism(self, eps: float, candidates: Sequence[Any],
                               score: Callable[[Any, Any], Any]) -> Any:

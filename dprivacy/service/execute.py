@@ -129,6 +129,18 @@ def _range(q: dict[str, Any]) -> dict[str, Any]:
     return {k: q[k] for k in ("lo", "hi") if q.get(k) is not None}
 
 
+def _options(method: Any, q: dict[str, Any]) -> dict[str, Any]:
+    """The query's ``options``: keyword-only arguments of the table's ``method`` (e.g. the
+    median's ``candidates``), checked by name; the method checks their values."""
+    opts = dict(q.get("options") or {})
+    params = inspect.signature(method).parameters
+    unknown = [k for k in opts if k not in params
+               or params[k].kind is not inspect.Parameter.KEYWORD_ONLY]
+    if unknown:
+        raise ValidationError(f"{q['op']}: unknown options {unknown}")
+    return opts
+
+
 def run_query(t: Any, q: dict[str, Any]) -> Any:
     """Run the noisy aggregation ``q`` on the table object ``t``; returns a JSON-able answer."""
     op, eps = q["op"], q["eps"]
@@ -137,14 +149,10 @@ def run_query(t: Any, q: dict[str, Any]) -> Any:
     if op in ("noisy_sum", "noisy_average"):
         return getattr(t, op)(eps, _fx(q.get("f")), **_range(q))
     if op == "noisy_order_statistic":
-        return t.noisy_order_statistic(eps, q["frac"], _fx(q.get("f")), **_range(q))
+        return t.noisy_order_statistic(eps, q["frac"], _fx(q.get("f")), **_range(q),
+                                       **_options(t.noisy_order_statistic, q))
     if op == "noisy_median":
-        opts = dict(q.get("options") or {})
-        params = inspect.signature(t.noisy_median).parameters
-        unknown = [k for k in opts if k not in params or k in ("eps", "f", "lo", "hi")]
-        if unknown:
-            raise ValidationError(f"noisy_median: unknown options {unknown}")
-        return t.noisy_median(eps, _fx(q.get("f")), **_range(q), **opts)
+        return t.noisy_median(eps, _fx(q.get("f")), **_range(q), **_options(t.noisy_median, q))
     if op == "exponential_mechanism":
         cands, scores = q["candidates"], q["scores"]
 

@@ -61,7 +61,7 @@ STEP_OPS: dict[str, set[str]] = {
 QUERY_OPS: dict[str, set[str]] = {
     "noisy_count": {"eps"}, "noisy_sum": {"eps", "f", "lo", "hi"},
     "noisy_average": {"eps", "f", "lo", "hi"},
-    "noisy_order_statistic": {"eps", "frac", "f", "lo", "hi"},
+    "noisy_order_statistic": {"eps", "frac", "f", "lo", "hi", "options"},
     "noisy_median": {"eps", "f", "lo", "hi", "options"},
     "exponential_mechanism": {"eps", "candidates", "scores"},
 }
@@ -252,7 +252,7 @@ class _Checker:
                 self.number(q[k], f"query.{k}")
         if q.get("f") is not None:
             self.expr(q["f"], "query.f")
-        if op == "noisy_median" and q.get("options") is not None:
+        if q.get("options") is not None:
             opts = q["options"]
             if not isinstance(opts, dict):
                 raise ValidationError("query.options must be an object")
