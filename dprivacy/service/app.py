@@ -147,6 +147,9 @@ def create_app(cfg: ServiceConfig, runner: Runner | None = None) -> Any:
             return {"schema": await run.schema(plan)}
         except DPrivacyError as exc:
             raise refusal(exc) from None
+        except Exception as exc:  # computed on the empty shadows: depends on the plan only
+            raise _Refusal(400, "ValidationError", f"the plan cannot be built: "
+                           f"{type(exc).__name__}") from None
 
     @app.post("/v1/budget")
     async def budget(request: Request) -> dict[str, Any]:
