@@ -10,8 +10,11 @@ Every endpoint but ``/v1/health`` needs ``Authorization: Bearer <key>`` (401 wit
 * ``POST /v1/schema`` ``{"v": 1, "table": ...}``: the public schema of a derived table;
 * ``POST /v1/budget`` ``{"v": 1, "table": ...}``: the analyst's remaining PINQ budget;
 * ``POST /v1/query`` ``{"v": 1, "table": ..., "query": ...}``: ``{"value": ...}``, released at
-  the query's deadline (:mod:`dprivacy.service.runner`); a refused plan is answered at the
-  default deadline too.
+  the query's deadline (:mod:`dprivacy.service.runner`).
+
+A refused request (a malformed plan, an operation the table refuses, a forbidden source) is
+answered at the default deadline ``query_seconds`` after it arrived, on every endpoint that
+takes a plan.
 
 No endpoint returns records, per-person budgets or the ledger. Request bodies larger than the
 configured cap are refused while they are read (413), before any parsing.
@@ -138,28 +141,43 @@ def create_app(cfg: ServiceConfig, runner: Runner | None = None) -> Any:
         plan = Plan({"source": name, "steps": []}, None, frozenset({name}))
         return {"name": name, "kind": src.kind, "schema": await run.schema(plan)}
 
+    async def held(arrived: float) -> None:
+        """Refusals come at the default deadline: their time says nothing, not even about the
+        service's own state."""
+        await asyncio.sleep(max(0.0, arrived + cfg.query_seconds - time.monotonic()))
+
     @app.post("/v1/schema")
     async def schema(request: Request) -> dict[str, Any]:
+        arrived = time.monotonic()
         a = who(request)
-        plan = parsed(await body(request), parse_table_request)
-        allowed(a, plan.sources)
         try:
-            return {"schema": await run.schema(plan)}
-        except DPrivacyError as exc:
-            raise refusal(exc) from None
-        except Exception as exc:  # computed on the empty shadows: depends on the plan only
-            raise _Refusal(400, "ValidationError", f"the plan cannot be built: "
-                           f"{type(exc).__name__}") from None
+            plan = parsed(await body(request), parse_table_request)
+            allowed(a, plan.sources)
+            try:
+                return {"schema": await run.schema(plan)}
+            except DPrivacyError as exc:
+                raise refusal(exc) from None
+            except Exception as exc:  # computed on the empty shadows: depends on the plan only
+                raise _Refusal(400, "ValidationError", f"the plan cannot be built: "
+                               f"{type(exc).__name__}") from None
+        except _Refusal:
+            await held(arrived)
+            raise
 
     @app.post("/v1/budget")
     async def budget(request: Request) -> dict[str, Any]:
+        arrived = time.monotonic()
         a = who(request)
-        plan = parsed(await body(request), parse_table_request)
-        allowed(a, plan.sources)
         try:
-            return {"remaining": await run.budget(a.name, plan)}
-        except DPrivacyError as exc:
-            raise refusal(exc) from None
+            plan = parsed(await body(request), parse_table_request)
+            allowed(a, plan.sources)
+            try:
+                return {"remaining": await run.budget(a.name, plan)}
+            except DPrivacyError as exc:
+                raise refusal(exc) from None
+        except _Refusal:
+            await held(arrived)
+            raise
 
     @app.post("/v1/query")
     async def query(request: Request) -> dict[str, Any]:
@@ -170,7 +188,7 @@ def create_app(cfg: ServiceConfig, runner: Runner | None = None) -> Any:
             plan = parsed(await body(request), parse_plan)
             allowed(a, plan.sources)
         except _Refusal:  # refusals, too, come at the (default) deadline
-            await asyncio.sleep(max(0.0, deadline - time.monotonic()))
+            await held(arrived)
             raise
         deadline = arrived + cfg.deadline_seconds(set(plan.sources))
         out = await run.query(a.name, plan, deadline)

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from ibis import _
 
+from dprivacy.errors import ValidationError
 from dprivacy.remote import connect
 from tests.service.conftest import KEYS, people
 
@@ -112,6 +113,10 @@ def test_answers_wait_for_the_deadline_and_overruns_give_the_default(start):
     v = s.table("visits")
     t0 = time.perf_counter()
     v.noisy_count(0.1)
+    assert time.perf_counter() - t0 >= 0.25
+    t0 = time.perf_counter()
+    with pytest.raises(ValidationError):  # a refused transformation is held too
+        v.where(_.city.replace("a", "aaaa").replace("a", "aaaa").replace("a", "aaaa") == "x")
     assert time.perf_counter() - t0 >= 0.25
     t0 = time.perf_counter()
     assert v.remaining_budget() == pytest.approx(0.9)  # budget reads are not held
