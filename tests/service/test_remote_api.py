@@ -48,3 +48,44 @@ def test_pinq_budgets_match_the_in_process_program(start):
     local = program(Queryable(visits_df, budget=1.0, backend="duckdb"))
     assert remote == pytest.approx(local, abs=1e-9)  # the ledger counts in 1e-9 units
     assert remote < 1.0 - 0.05 * 4
+
+
+def test_csv_and_duckdb_database_sources(tmp_path):
+    import duckdb
+
+    from dprivacy.service import key_sha256, load_config
+    from dprivacy.service.serve import ServiceThread
+
+    df = pd.DataFrame({"pid": np.arange(50), "age": np.arange(50) % 30})
+    df.to_csv(tmp_path / "a.csv", index=False)
+    con = duckdb.connect(str(tmp_path / "w.duckdb"))
+    con.execute("CREATE TABLE people AS SELECT * FROM df")
+    con.close()
+    (tmp_path / "s.toml").write_text(f"""
+[service]
+query_seconds = 0.2
+[[source]]
+name = "csv"
+path = "a.csv"
+kind = "pinq"
+budget = 1.0
+[[source]]
+name = "db"
+path = "w.duckdb"
+table = "people"
+kind = "proper"
+id = "pid"
+budget = 1.0
+[[analyst]]
+name = "alice"
+key_sha256 = "{key_sha256(KEYS['alice'])}"
+""")
+    srv = ServiceThread(load_config(tmp_path / "s.toml"))
+    try:
+        s = connect(srv.url, key=KEYS["alice"])
+        assert s.table("csv").schema == {"pid": "int64", "age": "int64"}
+        assert abs(s.table("csv").where(_.age < 10).noisy_count(1.0) - 20) < 25
+        assert abs(s.table("db").where(_.age < 10).noisy_count(1.0) - 20) < 25
+        assert s.table("csv").remaining_budget() == 0.0
+    finally:
+        srv.stop()
