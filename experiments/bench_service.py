@@ -76,7 +76,7 @@ def main() -> None:
     from dprivacy.service import load_config, new_key
     from dprivacy.service.serve import ServiceThread
     from dprivacy.tables import ProPerTable, Queryable
-    from dprivacy.tables.engine import BudgetTable
+    from dprivacy.tables.budgets.budget_table import BudgetTable
 
     work = Path(tempfile.mkdtemp(dir=args.tmp, prefix="bench_service_"))
     try:
