@@ -92,8 +92,8 @@ def budget_arg(text: str) -> float:
 
 
 # ------------------------------------------------------------------ the input flags
-def add_inputs(p: argparse.ArgumentParser) -> None:
-    """--universe, --key, --coords, --metric, --param, --queries (all from the caller)."""
+def add_universe_metric(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """--universe, --key, --coords, --metric, --param (all from the caller); the group."""
     g = p.add_argument_group("inputs (always from you: a config never vouches for itself)")
     g.add_argument("--universe", required=True, metavar="CSV",
                    help=f"elements, one per row (header row required); or {' / '.join(BUILTIN)}")
@@ -106,6 +106,12 @@ def add_inputs(p: argparse.ArgumentParser) -> None:
     g.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="metric parameter, repeatable, e.g. eps_per_unit=0.5 (no defaults for "
                         "budgets: see the list below)")
+    return g
+
+
+def add_inputs(p: argparse.ArgumentParser) -> None:
+    """--universe, --key, --coords, --metric, --param, --queries (all from the caller)."""
+    g = add_universe_metric(p)
     g.add_argument("--queries", required=True, metavar="FILE",
                    help="query matrix, one query per row: .npy (m, N) or .csv (optional header "
                         "row of element names, optional first column of query names)")
@@ -130,14 +136,14 @@ def _column_reader(df: pd.DataFrame, where: str):  # noqa: ANN202
     return column
 
 
-def inputs_from(args: argparse.Namespace) -> Inputs:
-    """Read and check the universe, metric and workload named by the arguments."""
+def universe_and_metric(args: argparse.Namespace) -> tuple[Universe, Metric, MetricSpec, pd.DataFrame]:
+    """Read and check the universe and metric named by the arguments (and the universe's table)."""
     spec = spec_of(args.metric)
-    U, table = load_universe(args.universe, spec, args.key, args.coords)
+    U, table = load_universe(args.universe, spec, args.key, args.coords)  # noqa: N806
     if U.N < 2:
         raise InputError(f"--universe {args.universe!r} has a single element: there is nothing "
                          "to protect; give a universe of at least two elements")
-    M = make_metric(spec.name, args.param, _column_reader(table, f"--universe {args.universe!r}"))
+    M = make_metric(spec.name, args.param, _column_reader(table, f"--universe {args.universe!r}"))  # noqa: N806
     where = f"--metric {spec.name} on --universe {args.universe!r}"
     with guard(where, UsageError):
         named = getattr(M, "weights", None) or getattr(M, "budgets", None) or {}
@@ -150,5 +156,11 @@ def inputs_from(args: argparse.Namespace) -> Inputs:
         if not (eps_min >= MIN_BUDGET or np.isinf(eps_min)) and U.N > 1:
             raise UsageError(f"{where}: the smallest budget between two elements, eps_min = "
                              f"{eps_min:g}, underflows; raise the --param budget")
-    W = load_workload(args.queries, U)
+    return U, M, spec, table
+
+
+def inputs_from(args: argparse.Namespace) -> Inputs:
+    """Read and check the universe, metric and workload named by the arguments."""
+    U, M, spec, _ = universe_and_metric(args)  # noqa: N806
+    W = load_workload(args.queries, U)  # noqa: N806
     return Inputs(U, M, W, spec)

@@ -9,25 +9,25 @@
 Each builder returns a :class:`Query`; each estimator takes the users' post-processed replies
 (the devices reply T's outputs; :func:`dprivacy.local.postprocess.apply_post` runs the query's
 ``post`` on them, on the analyst's side); each ``*_variance`` is the closed-form variance of its
-estimator. :func:`simulate` runs the device's ``pre → domain enforcement → T`` steps and then
-the analyst's ``post`` (builtins only) for many users at once, for experiments and tests.
-Privacy condition: each query's cost is ``cost(T)`` (``eps`` for all five; RAPPOR's per-bit flip
-is set so that one-hot inputs cost ``eps``).
+estimator. :func:`simulate` (from :mod:`dprivacy.local.simulation`) runs the device's ``pre →
+domain enforcement → T`` steps and then the analyst's ``post`` (builtins only) for every user at
+once, for experiments and tests. Privacy condition: each query's cost is ``cost(T)`` (``eps`` for
+all five; RAPPOR's per-bit flip is set so that one-hot inputs cost ``eps``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from dprivacy.errors import ValidationError
-from dprivacy.local.builtins import POSTS, PRES, derive_seed, rr_scale
+from dprivacy.local.builtins import rr_scale
 from dprivacy.local.query import Code, Query
 from dprivacy.local.randomiser import MatrixRandomiser, ProductRandomiser
-from dprivacy.noise import resolve_rng
+from dprivacy.local.simulation import simulate
 
 __all__ = [
     "basic_randomiser_estimate", "basic_randomiser_query", "duchi_estimate", "duchi_query",
@@ -80,12 +80,13 @@ def warner_estimate(reports: Any, T: Any, outputs: Sequence[Any] | None = None) 
     """
     Tm = np.asarray(T, dtype=float)  # noqa: N806
     k = Tm.shape[1]
-    r = list(reports)
     if outputs is not None:
         index = {v: i for i, v in enumerate(outputs)}
-        r = [index[v] for v in r]
-    counts = np.bincount(np.asarray(r, dtype=int), minlength=k).astype(float)
-    o = counts / max(len(r), 1)
+        r = np.fromiter((index[v] for v in reports), dtype=np.intp)
+    else:
+        r = np.asarray(reports, dtype=np.intp).ravel()
+    counts = np.bincount(r, minlength=k).astype(float)
+    o = counts / max(r.size, 1)
     return np.linalg.solve(Tm.T, o)
 
 
@@ -198,35 +199,3 @@ def mean_variance(X: np.ndarray, second_moment: float) -> Any:  # noqa: N803
     """Var of the mean of n independent unbiased replies with ``E[reply^2] = second_moment``."""
     n = X.shape[0]
     return (n * second_moment - np.sum(X ** 2, axis=0)) / n ** 2
-
-
-# ------------------------------------------------------------------------------------ simulate
-def simulate(query: Query, records: Sequence[Mapping[str, Any]], rng: Any = None,
-             users: Sequence[str] | None = None) -> list[Any]:
-    """Replies of many users to a builtin query, without budgets or transport.
-
-    The steps are the agent's: ``pre`` on the listed fields, domain enforcement (a random element
-    of T's domain for an invalid value), ``T``; then the analyst's ``post``, as
-    :func:`dprivacy.local.postprocess.apply_post` runs it; user ``i`` is named ``users[i]``
-    (default ``"u{i}"``) for the public seed. For simulations only: real users run
-    :class:`dprivacy.local.UserAgent`.
-    """
-    if not query.pre.is_builtin or (query.post is not None and not query.post.is_builtin):
-        raise ValidationError("simulate runs builtin processors only (analyst code needs the agent)")
-    g = resolve_rng(rng)
-    pre = PRES[str(query.pre.name)]
-    post = None if query.post is None else POSTS[str(query.post.name)]
-    out = []
-    for i, rec in enumerate(records):
-        seed = derive_seed(query.seed, users[i] if users is not None else f"u{i}")
-        try:
-            v = pre({f: rec[f] for f in query.fields}, query.params, seed, g)
-            inside = query.T.contains(v)
-        except Exception:  # noqa: BLE001 (same mapping as the agent)
-            inside = False
-        if not inside:
-            v = query.T.random_input(g)
-        z = query.T.apply(v, g)
-        out.append(z if post is None else post(z, query.params, seed, g))
-    return out
-

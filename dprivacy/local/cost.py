@@ -246,7 +246,15 @@ def sequential_cost(costs: Sequence[float]) -> float:
 
 
 def _coordinate_losses(matrices: Sequence[Any]) -> list[np.ndarray]:
-    return [pair_loss(m) for m in matrices]
+    """``pair_loss`` of each coordinate, computed once per distinct matrix object (a product
+    randomiser built from one shared matrix repeats the same object)."""
+    seen: dict[int, np.ndarray] = {}
+    out = []
+    for m in matrices:
+        if id(m) not in seen:
+            seen[id(m)] = pair_loss(m)
+        out.append(seen[id(m)])
+    return out
 
 
 def product_cost(matrices: Sequence[Any], domain: str | Any = "all") -> float:

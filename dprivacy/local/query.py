@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dprivacy.errors import ValidationError
+from dprivacy.local.limits import check_query_json
 from dprivacy.local.randomiser import Randomiser, randomiser_from_json
 
 __all__ = ["Code", "Query"]
@@ -102,6 +103,9 @@ class Query:
         Public randomness shared by ``pre`` and ``post``.
     params : dict
         Public JSON parameters passed to ``pre`` and ``post``.
+    publisher : str or None
+        The analyst who published the query, as the aggregator authenticated them (it sets
+        this field; a user's public policy may accept only some publishers).
     """
 
     id: str
@@ -114,6 +118,7 @@ class Query:
     event: str | None = None
     seed: int | None = None
     params: Mapping[str, Any] = field(default_factory=dict)
+    publisher: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id:
@@ -131,6 +136,8 @@ class Query:
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
                                       or self.seed < 0):
             raise ValidationError(f"seed = {self.seed!r}: a seed is a non-negative integer")
+        if self.publisher is not None and (not isinstance(self.publisher, str) or not self.publisher):
+            raise ValidationError(f"publisher = {self.publisher!r}: an analyst's name (text) or None")
         try:
             json.dumps(dict(self.params), allow_nan=False)
         except (TypeError, ValueError) as exc:
@@ -145,23 +152,25 @@ class Query:
         return {"id": self.id, "T": self.T.to_dict(), "pre": self.pre.to_dict(),
                 "post": None if self.post is None else self.post.to_dict(), "t": self.t,
                 "memory_mb": self.memory_mb, "fields": list(self.fields), "event": self.event,
-                "seed": self.seed, "params": dict(self.params)}
+                "seed": self.seed, "params": dict(self.params), "publisher": self.publisher}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), allow_nan=False)
 
     @classmethod
     def from_dict(cls, d: Any) -> Query:
-        """Rebuild (and re-validate) a query from :meth:`to_dict` output."""
+        """Rebuild (and re-validate) a query from :meth:`to_dict` output; the size caps of
+        :mod:`dprivacy.local.limits` are checked first, before anything is built."""
         if isinstance(d, str):
             d = json.loads(d)
         if not isinstance(d, Mapping):
             raise ValidationError("a query is a JSON object")
+        check_query_json(dict(d))
         try:
             return cls(id=d["id"], T=randomiser_from_json(d["T"]), pre=Code.from_dict(d["pre"]),
                        post=None if d.get("post") is None else Code.from_dict(d["post"]),
                        t=d.get("t", 1.0), memory_mb=d.get("memory_mb", 256),
                        fields=tuple(d.get("fields", ())), event=d.get("event"), seed=d.get("seed"),
-                       params=d.get("params") or {})
+                       params=d.get("params") or {}, publisher=d.get("publisher"))
         except KeyError as exc:
             raise ValidationError(f"a query lacks the key {exc}") from exc

@@ -20,6 +20,7 @@ import numpy as np
 from dprivacy.errors import ValidationError
 from dprivacy.local.cost import cost as matrix_cost
 from dprivacy.local.cost import product_cost, validate_stochastic
+from dprivacy.local.limits import check_randomiser_json
 
 __all__ = ["MatrixRandomiser", "ProductRandomiser", "Randomiser", "randomiser_from_json"]
 
@@ -254,6 +255,8 @@ def _is_matrix(m: Any) -> bool:
 def randomiser_from_json(obj: dict[str, Any] | str) -> Randomiser:
     """Rebuild a randomiser from :meth:`Randomiser.to_dict` output (validated again).
 
+    The sizes the JSON declares are capped first (:func:`dprivacy.local.limits.check_randomiser_json`).
+
     Examples
     --------
     >>> R = MatrixRandomiser([[0.75, 0.25], [0.25, 0.75]])
@@ -261,8 +264,7 @@ def randomiser_from_json(obj: dict[str, Any] | str) -> Randomiser:
     True
     """
     d = json.loads(obj) if isinstance(obj, str) else obj
-    if not isinstance(d, dict) or d.get("kind") not in ("matrix", "product"):
-        raise ValidationError("a randomiser is a JSON object with kind 'matrix' or 'product'")
+    check_randomiser_json(d)  # size caps on the JSON lists, before any array is built
     if d["kind"] == "matrix":
         return MatrixRandomiser(d["matrix"], d.get("inputs"), d.get("outputs"))
     return ProductRandomiser(d["matrices"], d.get("length"), d.get("domain", "all"))

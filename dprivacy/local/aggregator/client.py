@@ -1,9 +1,12 @@
 """User agents and analysts talking to the aggregator over HTTP (httpx).
 
-:func:`poll_once` fetches the queries a user has not seen, answers each with
+Both sides authenticate with a bearer credential issued by the operator
+(:meth:`AggregatorStore.add_analyst`, :meth:`AggregatorStore.enrol`): :func:`connect` opens an
+``httpx.Client`` that sends it. :func:`publish` and :func:`collect` are the analyst's side;
+:func:`poll_once` fetches the queries a device has not seen, answers each with
 :meth:`UserAgent.handle` (Algorithm 1, on the device) and posts the replies; :func:`run_agent`
-repeats it. :func:`publish` and :func:`collect` are the analyst's side. :func:`run_server` starts
-uvicorn on a socket in a background thread (tests, simulations, ``dprivacy local simulate``).
+repeats it. :func:`run_server` starts uvicorn on a socket in a background thread (tests,
+simulations).
 """
 
 from __future__ import annotations
@@ -11,45 +14,73 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from dprivacy.local.device.agent import UserAgent
 from dprivacy.local.query import Query
 
-__all__ = ["ServerThread", "collect", "poll_once", "publish", "run_agent", "run_server", "simulate_users"]
+__all__ = ["ServerThread", "collect", "connect", "poll_once", "publish", "run_agent", "run_server",
+           "simulate_users"]
 
 
-def publish(client: Any, query: Query) -> None:
-    """Publish ``query`` (raises httpx.HTTPStatusError if the server refuses it)."""
-    client.post("/queries", json=query.to_dict()).raise_for_status()
+def connect(url: str, credential: str | None = None, *, timeout: float = 60.0) -> Any:
+    """An ``httpx.Client`` for ``url`` sending ``Authorization: Bearer <credential>``."""
+    import httpx
+
+    headers = {} if credential is None else {"Authorization": f"Bearer {credential}"}
+    return httpx.Client(base_url=url, headers=headers, timeout=timeout)
+
+
+def publish(client: Any, query: Query) -> dict[str, Any]:
+    """Publish ``query`` with the analyst's client; the server's answer ``{position, id,
+    publisher}`` (raises httpx.HTTPStatusError if it refuses)."""
+    r = client.post("/queries", json=query.to_dict())
+    r.raise_for_status()
+    return dict(r.json())
 
 
 def collect(client: Any, qid: str) -> list[dict[str, Any]]:
-    """The replies collected for query ``qid``."""
-    r = client.get(f"/replies/{qid}")
-    r.raise_for_status()
-    return list(r.json()["replies"])
+    """All replies collected for the analyst's query ``qid`` (every page)."""
+    out: list[dict[str, Any]] = []
+    after = 0
+    while True:
+        r = client.get(f"/replies/{qid}", params={"after": after})
+        r.raise_for_status()
+        body = r.json()
+        out.extend(body["replies"])
+        if not body["replies"] or int(body["next"]) == after:
+            return out
+        after = int(body["next"])
 
 
-def poll_once(client: Any, agent: UserAgent, after: int = 0) -> int:
-    """Answer the queries published after position ``after``; returns the new position."""
-    r = client.get("/queries", params={"after": after})
-    r.raise_for_status()
-    body = r.json()
-    for q in body["queries"]:
-        reply = agent.handle(q)
-        client.post("/replies", json=reply).raise_for_status()
-    return int(body["next"])
+def poll_once(client: Any, agent: UserAgent, after: int = 0, *,
+              credential: str | None = None) -> int:
+    """Answer the queries published after position ``after``; returns the new position.
+
+    ``client`` carries the device's credential, or ``credential`` is sent with each request
+    (one client shared by several simulated devices).
+    """
+    headers = None if credential is None else {"Authorization": f"Bearer {credential}"}
+    while True:
+        r = client.get("/queries", params={"after": after}, headers=headers)
+        r.raise_for_status()
+        body = r.json()
+        for q in body["queries"]:
+            reply = agent.handle(q)
+            client.post("/replies", json=reply, headers=headers).raise_for_status()
+        if not body["queries"]:
+            return after
+        after = int(body["next"])
 
 
 def run_agent(client: Any, agent: UserAgent, *, interval: float = 1.0, polls: int | None = None,
-              stop: Callable[[], bool] | None = None) -> int:
+              stop: Callable[[], bool] | None = None, credential: str | None = None) -> int:
     """Poll every ``interval`` seconds (``polls`` times, or until ``stop()``); returns the position."""
     after, k = 0, 0
     while (polls is None or k < polls) and not (stop is not None and stop()):
-        after = poll_once(client, agent, after)
+        after = poll_once(client, agent, after, credential=credential)
         k += 1
         if polls is None or k < polls:
             time.sleep(interval)
@@ -88,19 +119,19 @@ def run_server(app: Any, host: str = "127.0.0.1", port: int = 0) -> ServerThread
     return ServerThread(app, host, port)
 
 
-def simulate_users(url: str, users: Sequence[Any], make_agent: Callable[[Any], UserAgent], *,
-                   workers: int = 2, timeout: float = 60.0) -> int:
+def simulate_users(url: str, users: Sequence[Any], make_agent: Callable[[Any], UserAgent],
+                   credentials: Mapping[str, str], *, workers: int = 2, timeout: float = 60.0) -> int:
     """Simulated devices: each worker thread builds the agents of its share of ``users`` (an
     agent's ledger connection belongs to its thread) and answers the published queries once
-    through its own HTTP client. Returns the number of users served."""
-    import httpx
-
+    through its own HTTP client, with each user's own credential (``credentials[agent.user]``).
+    Returns the number of users served."""
     shares = [list(users[k::workers]) for k in range(workers)]
 
     def device(share: list[Any]) -> int:
-        with httpx.Client(base_url=url, timeout=timeout) as c:
+        with connect(url, timeout=timeout) as c:
             for u in share:
-                poll_once(c, make_agent(u))
+                a = make_agent(u)
+                poll_once(c, a, credential=credentials[a.user])
         return len(share)
 
     with ThreadPoolExecutor(workers) as pool:

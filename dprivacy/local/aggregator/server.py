@@ -1,71 +1,67 @@
 """The aggregator service: publishes queries and collects replies (JSON over HTTP, FastAPI).
 
-Endpoints
----------
-``POST /queries``          publish a query (the JSON of :meth:`Query.to_dict`; validated)
-``GET  /queries?after=k``  the queries published after position k (agents poll this)
-``POST /replies``          a user's reply ``{query, user, status, result, ...}`` (first one kept)
-``GET  /replies/{query}``  the replies collected for a query
-``GET  /health``           liveness
+Endpoints (``Authorization: Bearer <credential>``; 401 without a valid one, 403 with the wrong
+kind or for another analyst's query)
+------------------------------------------------------------------------------------------------
+``POST /queries``              analyst: publish a query (the JSON of :meth:`Query.to_dict`;
+                               size-capped, validated; its ``publisher`` is the key's analyst)
+``GET  /queries?after=k``      device or analyst: the queries published after position k
+``POST /replies``              device: its own reply ``{query, status, result, cost, ...}``
+                               (schema checked; the first reply per user and query is kept)
+``GET  /replies/{id}?after=k`` analyst: a page of the replies to one of *their* queries
+``GET  /health``               liveness (no credential)
 
-Run it with ``dprivacy local serve`` (uvicorn). The store is in memory; the service sees only
-replies, which are already randomised on the users' devices (it is not trusted with data).
+Credentials are issued by the operator: :meth:`AggregatorStore.add_analyst` (an API key) and
+:meth:`AggregatorStore.enrol` (a device's token), or ``dprivacy local credentials``. The state is
+in SQLite (:class:`AggregatorStore`), so a restarted server keeps it. Request bodies are capped
+while they are read (:class:`BodyLimit`); parsing, validation and every database call run in the
+thread pool, so a slow or hostile request never blocks the event loop that answers the others.
+
+The service sees only replies, which are already randomised on the users' devices.
 Privacy condition: none here (everything it holds is post-processing of the users' replies).
 """
 
 from __future__ import annotations
 
-import threading
+import json
+from collections.abc import Callable
 from typing import Any
 
+from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi.concurrency import run_in_threadpool
+
 from dprivacy.errors import DPrivacyError
-from dprivacy.local.query import Query
+from dprivacy.local.aggregator.errors import ConflictError, ForbiddenError, UnknownError
+from dprivacy.local.aggregator.middleware import BodyLimit
+from dprivacy.local.aggregator.store import AggregatorStore, Principal
 
-__all__ = ["AggregatorStore", "create_app"]
+__all__ = ["DEFAULT_MAX_BODY", "create_app"]
 
-
-class AggregatorStore:
-    """Thread-safe in-memory queries and replies."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.queries: list[dict[str, Any]] = []
-        self._ids: set[str] = set()
-        self.replies: dict[str, dict[str, dict[str, Any]]] = {}
-
-    def publish(self, query: dict[str, Any]) -> int:
-        q = Query.from_dict(query)  # validates; raises DPrivacyError on a bad query
-        with self._lock:
-            if q.id in self._ids:
-                raise ValueError(f"query id {q.id!r} is already published")
-            self._ids.add(q.id)
-            self.queries.append(q.to_dict())
-            self.replies[q.id] = {}
-            return len(self.queries) - 1
-
-    def since(self, after: int) -> list[dict[str, Any]]:
-        with self._lock:
-            return self.queries[max(after, 0):]
-
-    def reply(self, r: dict[str, Any]) -> bool:
-        qid, user = str(r.get("query", "")), str(r.get("user", ""))
-        with self._lock:
-            if qid not in self.replies or not user:
-                raise KeyError(qid)
-            if user in self.replies[qid]:
-                return False
-            self.replies[qid][user] = dict(r)
-            return True
-
-    def collected(self, qid: str) -> list[dict[str, Any]]:
-        with self._lock:
-            if qid not in self.replies:
-                raise KeyError(qid)
-            return list(self.replies[qid].values())
+#: Largest request body accepted (bytes).
+DEFAULT_MAX_BODY = 8 << 20
+_MAX_POS = 1 << 62
 
 
-def create_app(store: AggregatorStore | None = None) -> Any:
-    """The FastAPI application of the aggregator (``app.state.store`` holds the data).
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _loads(raw: bytes) -> Any:
+    return json.loads(raw, parse_constant=_no_constant)
+
+
+def create_app(store: AggregatorStore | None = None, *, max_body: int = DEFAULT_MAX_BODY,
+               body_timeout: float = 30.0) -> Any:
+    """The FastAPI application of the aggregator (``app.state.store`` holds the state).
+
+    Parameters
+    ----------
+    store : AggregatorStore, optional
+        Default: a new in-memory store (lost when the process ends).
+    max_body : int
+        Largest request body in bytes (413 above it).
+    body_timeout : float
+        Seconds a client has to send its body (408 after it).
 
     Examples
     --------
@@ -73,41 +69,67 @@ def create_app(store: AggregatorStore | None = None) -> Any:
     >>> sorted(r.path for r in app.routes if r.path.startswith(("/queries", "/replies")))
     ['/queries', '/queries', '/replies', '/replies/{qid}']
     """
-    from fastapi import Body, FastAPI, HTTPException
-
     app = FastAPI(title="dprivacy aggregator (PreTPost)")
-    app.state.store = store or AggregatorStore()
+    app.add_middleware(BodyLimit, max_bytes=max_body, timeout=body_timeout)
+    st = store if store is not None else AggregatorStore()
+    app.state.store = st
+
+    async def call(fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` in the thread pool, its errors as HTTP statuses."""
+        try:
+            return await run_in_threadpool(fn, *args)
+        except UnknownError as exc:
+            raise HTTPException(404, str(exc)) from exc
+        except ForbiddenError as exc:
+            raise HTTPException(403, str(exc)) from exc
+        except ConflictError as exc:
+            raise HTTPException(409, str(exc)) from exc
+        except (DPrivacyError, ValueError, TypeError, KeyError, IndexError, OverflowError,
+                RecursionError) as exc:
+            raise HTTPException(400, str(exc)[:2000] or type(exc).__name__) from exc
+
+    async def caller(request: Request, *kinds: str) -> Principal:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        who = None
+        if scheme.lower() == "bearer" and 0 < len(token) <= 256:
+            who = await run_in_threadpool(st.authenticate, token.strip())
+        if who is None:
+            raise HTTPException(401, "a valid credential is required (Authorization: Bearer ...)",
+                                headers={"WWW-Authenticate": "Bearer"})
+        if who.kind not in kinds:
+            raise HTTPException(403, f"an {who.kind} credential cannot do this")
+        return who
+
+    async def body(request: Request) -> Any:
+        return await call(_loads, await request.body())
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {"ok": True, "queries": len(app.state.store.queries)}
+        return {"ok": True}
 
     @app.post("/queries")
-    async def publish(query: dict[str, Any] = Body(...)) -> dict[str, Any]:  # noqa: B008
-        try:
-            pos = app.state.store.publish(query)
-        except (DPrivacyError, ValueError, TypeError, KeyError) as exc:
-            raise HTTPException(status_code=400, detail=str(exc)) from exc
-        return {"position": pos, "id": query.get("id")}
+    async def publish(request: Request) -> dict[str, Any]:
+        who = await caller(request, "analyst")
+        pos, qid = await call(st.publish, who.name, await body(request))
+        return {"position": pos, "id": qid, "publisher": who.name}
 
     @app.get("/queries")
-    async def queries(after: int = 0) -> dict[str, Any]:
-        qs = app.state.store.since(after)
-        return {"after": after, "next": after + len(qs), "queries": qs}
+    async def queries(request: Request, after: int = Query(0, ge=0, le=_MAX_POS),  # noqa: B008
+                      limit: int = Query(100, ge=1, le=1000)) -> dict[str, Any]:  # noqa: B008
+        await caller(request, "device", "analyst")
+        qs, nxt = await call(st.since, after, limit)
+        return {"after": after, "next": nxt, "queries": qs}
 
     @app.post("/replies")
-    async def reply(r: dict[str, Any] = Body(...)) -> dict[str, Any]:  # noqa: B008
-        try:
-            new = app.state.store.reply(r)
-        except KeyError as exc:
-            raise HTTPException(status_code=404, detail=f"unknown query {exc}") from exc
-        return {"stored": new}
+    async def reply(request: Request) -> dict[str, Any]:
+        who = await caller(request, "device")
+        return {"stored": await call(st.reply, who.name, await body(request))}
 
     @app.get("/replies/{qid}")
-    async def replies(qid: str) -> dict[str, Any]:
-        try:
-            return {"query": qid, "replies": app.state.store.collected(qid)}
-        except KeyError as exc:
-            raise HTTPException(status_code=404, detail=f"unknown query {qid!r}") from exc
+    async def replies(request: Request, qid: str, after: int = Query(0, ge=0, le=_MAX_POS),  # noqa: B008
+                      limit: int = Query(100_000, ge=1, le=100_000)) -> dict[str, Any]:  # noqa: B008
+        who = await caller(request, "analyst")
+        out, nxt = await call(st.collected, who.name, qid, after, limit)
+        return {"query": qid, "after": after, "next": nxt, "replies": out}
 
     return app

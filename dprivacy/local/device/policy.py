@@ -37,6 +37,9 @@ class PublicPolicy:
         Accept analyst source code (run in the sandbox) at all.
     predicate : callable(Query) -> bool, optional
         Any further rule of the user's; it receives the query only.
+    publishers : iterable of str or None
+        The analysts whose queries the user answers (the ``publisher`` the aggregator
+        authenticated); None answers any publisher. Checked before any budget is spent.
 
     Examples
     --------
@@ -50,13 +53,18 @@ class PublicPolicy:
     max_memory_mb: int = 1024
     allow_analyst_code: bool = True
     predicate: Callable[[Query], bool] | None = None
+    publishers: Iterable[str] | None = None
 
     def __post_init__(self) -> None:
         if self.allowed_fields is not None:
             object.__setattr__(self, "allowed_fields", frozenset(self.allowed_fields))
+        if self.publishers is not None:
+            object.__setattr__(self, "publishers", frozenset(self.publishers))
 
     def check(self, query: Query, cost: float, schema: frozenset[str]) -> str | None:
         """None if the query passes, else the (public) reason for rejecting it."""
+        if self.publishers is not None and query.publisher not in frozenset(self.publishers):
+            return f"publisher {query.publisher!r} is not one this user answers"
         if not math.isfinite(cost):
             return "T has infinite cost (a zero in some column)"
         if cost > self.max_cost:

@@ -1,4 +1,5 @@
-"""End to end: the real HTTP aggregator on loopback, a few hundred simulated user agents."""
+"""End to end: the real HTTP aggregator on loopback, a few hundred simulated user agents, each
+with its own device credential."""
 
 from __future__ import annotations
 
@@ -13,7 +14,14 @@ import numpy as np
 import pytest
 
 from dprivacy.local import Code, PersonalBudget, Query, UserAgent
-from dprivacy.local.aggregator.client import collect, poll_once, publish, run_server, simulate_users
+from dprivacy.local.aggregator.client import (
+    collect,
+    connect,
+    poll_once,
+    publish,
+    run_server,
+    simulate_users,
+)
 from dprivacy.local.aggregator.server import create_app
 from dprivacy.local.case_studies import (
     duchi_estimate,
@@ -28,15 +36,36 @@ pytestmark = pytest.mark.timeout(120)
 
 
 class _Server:
-    def __init__(self, url: str) -> None:
-        self.url = url
+    def __init__(self, url: str, db: Path, analyst: str) -> None:
+        self.url, self.db, self.analyst = url, db, analyst
+
+    def enrol(self, users) -> dict[str, str]:
+        """Device credentials of ``users``, issued by the operator's command into the server's db."""
+        from dprivacy.local.aggregator.store import AggregatorStore
+
+        store = AggregatorStore(self.db)
+        try:
+            return {u: store.enrol(u) for u in users}
+        finally:
+            store.close()
+
+
+def _credential(db: Path, *flag: str) -> str:
+    out = subprocess.run([sys.executable, "-m", "dprivacy.local", "credentials", "--db", str(db), *flag],
+                         capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[3])
+    return out.stdout.strip()
 
 
 @pytest.fixture(scope="module")
-def server():
-    """The aggregator started by its one command, in its own process, on loopback only."""
-    proc = subprocess.Popen([sys.executable, "-m", "dprivacy.local", "serve", "--host", "127.0.0.1",
-                             "--port", "0"], stdout=subprocess.PIPE, text=True,
+def server(tmp_path_factory):
+    """The aggregator started by its one command, in its own process, on loopback only, with an
+    analyst key issued by the credentials command."""
+    db = tmp_path_factory.mktemp("aggregator") / "agg.sqlite"
+    analyst = _credential(db, "--analyst", "alice")
+    assert analyst.startswith("dpa_")
+    proc = subprocess.Popen([sys.executable, "-m", "dprivacy.local", "serve", "--db", str(db),
+                             "--host", "127.0.0.1", "--port", "0"], stdout=subprocess.PIPE, text=True,
                             cwd=Path(__file__).resolve().parents[3])
     try:
         line = proc.stdout.readline() if proc.stdout else ""
@@ -50,7 +79,7 @@ def server():
             except httpx.HTTPError:
                 assert time.monotonic() - t0 < 30 and proc.poll() is None
                 time.sleep(0.1)
-        yield _Server(url)
+        yield _Server(url, db, analyst)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -70,7 +99,8 @@ def test_end_to_end_200_users(server, tmp_path: Path) -> None:
     smokers = rng.random(n) < 0.3
     ages = rng.uniform(-1, 1, n)
     ledger = tmp_path / "users.sqlite"
-    with httpx.Client(base_url=server.url, timeout=30) as analyst:
+    creds = server.enrol(f"u{i}" for i in range(n))
+    with connect(server.url, server.analyst, timeout=30) as analyst:
         publish(analyst, warner_query("smokers", eps, "smoker", ["yes", "no"]))
         publish(analyst, duchi_query("mean-x", eps, "x"))
         with pytest.raises(httpx.HTTPStatusError):  # the server validates what it publishes
@@ -81,7 +111,7 @@ def test_end_to_end_200_users(server, tmp_path: Path) -> None:
             return UserAgent(f"u{i}", {"smoker": "yes" if smokers[i] else "no", "x": float(ages[i])},
                              PersonalBudget(ledger, f"u{i}", total=2.5), sandbox=None, pad=False, rng=i)
 
-        assert simulate_users(server.url, range(n), agent, workers=2) == n
+        assert simulate_users(server.url, range(n), agent, creds, workers=2) == n
         replies = collect(analyst, "smokers")
         means = collect(analyst, "mean-x")
     assert len(replies) == n and all(r["status"] == "ok" for r in replies)
@@ -100,12 +130,13 @@ def test_sandboxed_query_over_http(server, tmp_path: Path) -> None:
     sb = make_sandbox(pad=False)
     code = "def pre(d, p, s):\n    return 'yes' if d['v'] > 5 else 'no'"
     q = Query("sb", warner_query("x", 3.0, "v", ["yes", "no"]).T, Code.source(code), fields=("v",), t=2.0)
-    with httpx.Client(base_url=server.url, timeout=30) as c:
+    creds = server.enrol(f"s{i}" for i in range(6))
+    with connect(server.url, server.analyst, timeout=30) as c:
         publish(c, q)
         for i in range(6):
             b = PersonalBudget(tmp_path / "l.sqlite", f"s{i}", total=5.0)
             a = UserAgent(f"s{i}", {"v": 10 * (i % 2)}, b, sandbox=sb, pad=False, rng=i)
-            poll_once(c, a)
+            poll_once(c, a, credential=creds[f"s{i}"])
         out = collect(c, "sb")
     assert len(out) == 6 and all(r["status"] == "ok" and r["result"] in ("yes", "no") for r in out)
 
@@ -122,8 +153,36 @@ def test_simulate_is_reproducible_across_threads(capsys) -> None:
 
     outs = []
     for workers in ("1", "3", "3"):
-        assert main(["simulate", "--users", "40", "--seed", "5", "--workers", workers]) == 0
+        assert main(["simulate", "--http", "--users", "40", "--seed", "5", "--workers", workers]) == 0
         out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         out.pop("seconds")
         outs.append(out)
     assert outs[0] == outs[1] == outs[2] and outs[0]["answered"] == 40
+
+
+def test_simulate_estimates_within_its_documented_error(capsys) -> None:
+    """`dprivacy local simulate --users 500` (vectorised): the same seed gives the same line, and
+    over 200 seeds the estimates are unbiased with the standard deviation its help documents."""
+    import json
+
+    from dprivacy.cli import main as cli_main
+    from dprivacy.cli.local_simulate import std_error
+
+    def run(*argv: str) -> dict:
+        assert cli_main(["local", "simulate", *argv]) == 0
+        out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        out.pop("seconds")
+        return out
+
+    assert run("--users", "500", "--seed", "3") == run("--users", "500", "--seed", "3")
+    errs = []
+    for seed in range(200):
+        out = run("--users", "500", "--seed", str(seed))
+        assert out["mode"] == "vectorised" and out["answered"] == 500
+        assert out["std_error"] == pytest.approx(std_error(500, 1.0))
+        errs.append(out["estimate"] - out["true_share"])
+        assert abs(errs[-1]) <= 4.5 * out["std_error"]
+    errs_a = np.asarray(errs)
+    se = std_error(500, 1.0)
+    assert abs(errs_a.mean()) < 4.5 * se / math.sqrt(200)  # unbiased
+    assert 0.75 < errs_a.std(ddof=1) / se < 1.25  # the documented spread (sd of the ratio ~5 %)

@@ -1,0 +1,115 @@
+"""The schema of a user's reply, checked by the aggregator before it is stored.
+
+A reply is ``{"query", "user", "status", ...}``:
+
+* ``status = "ok"``: ``cost`` must equal cost(T) of the published query (what the user was
+  charged, Paper IV Def. 3) and ``result`` must be one of T's outputs when the query has no
+  ``post`` (a label of a matrix randomiser; for a product randomiser a list with one output
+  index per coordinate);
+* ``status = "rejected"``: a ``reason`` (text) and the user's ``result`` (any JSON, or null).
+
+Anything else (an unknown status or key, a wrong cost, an output T cannot produce, a reply of
+more than :data:`MAX_REPLY_BYTES`) is refused with a one-line reason.
+
+Privacy condition: none (the aggregator only sees replies, which are already randomised).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+from dprivacy.errors import ValidationError
+from dprivacy.local.aggregator.errors import ForbiddenError
+from dprivacy.local.query import Query
+from dprivacy.local.randomiser import MatrixRandomiser, ProductRandomiser
+
+__all__ = ["MAX_REPLY_BYTES", "check_reply", "output_checker"]
+
+#: Largest JSON text of one reply.
+MAX_REPLY_BYTES = 64 * 1024
+_KEYS = frozenset({"query", "user", "status", "result", "cost", "post_ok", "reason"})
+
+
+def _key(v: Any) -> str:
+    return json.dumps(v, sort_keys=True, separators=(",", ":"))
+
+
+def output_checker(query: Query) -> Callable[[Any], bool]:
+    """A predicate: is ``result`` a possible reply of ``query`` (an output of T when no post runs)."""
+    if query.post is not None:
+        return lambda result: True  # post's output: only its size is checked
+    T = query.T  # noqa: N806
+    if isinstance(T, MatrixRandomiser):
+        keys = frozenset(_key(o) for o in (T.outputs or ()))
+        return lambda result: _key(result) in keys
+    if isinstance(T, ProductRandomiser):
+        sizes = [int(m.shape[1]) for m in T.matrices]
+
+        def product_ok(result: Any) -> bool:
+            return (isinstance(result, list) and len(result) == len(sizes) and all(
+                isinstance(z, int) and not isinstance(z, bool) and 0 <= z < s
+                for z, s in zip(result, sizes, strict=True)))
+
+        return product_ok
+    return lambda result: False
+
+
+def check_reply(reply: Any, *, device: str, query: Query, cost: float,
+                is_output: Callable[[Any], bool]) -> dict[str, Any]:
+    """The reply as stored (``user`` set to the authenticated ``device``), or ValidationError.
+
+    Parameters
+    ----------
+    reply : JSON object
+    device : str
+        The user whose credential sent the reply; a reply naming another user is refused
+        (:class:`ForbiddenError`).
+    query : Query
+        The published query it answers.
+    cost : float
+        cost(T) of that query, as computed when it was published.
+    is_output : callable
+        :func:`output_checker` of the query.
+    """
+    if not isinstance(reply, dict):
+        raise ValidationError("a reply is a JSON object")
+    extra = sorted(set(reply) - _KEYS)
+    if extra:
+        raise ValidationError(f"a reply has no key {extra[0]!r} (keys: {', '.join(sorted(_KEYS))})")
+    if reply.get("user", device) != device:
+        raise ForbiddenError("the reply names another user than the device whose credential sent it")
+    if reply.get("query") != query.id:
+        raise ValidationError("the reply's query id is not the query it was sent for")
+    try:
+        text = json.dumps(reply, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(f"a reply is plain JSON (no NaN or infinity): {exc}") from exc
+    if len(text) > MAX_REPLY_BYTES:
+        raise ValidationError(f"a reply of {len(text)} bytes: at most {MAX_REPLY_BYTES}")
+    out: dict[str, Any] = {"query": query.id, "user": device, "status": reply.get("status")}
+    if out["status"] == "ok":
+        c = reply.get("cost")
+        if isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isclose(
+                float(c), cost, rel_tol=1e-9, abs_tol=1e-12):
+            raise ValidationError(f"cost = {str(c)[:30]}: the query's cost(T) is {cost!r}")
+        if not is_output(reply.get("result")):
+            raise ValidationError("the result is not an output of the query's randomiser T")
+        out["cost"] = float(c)
+        if "post_ok" in reply:
+            if not isinstance(reply["post_ok"], bool):
+                raise ValidationError("post_ok is true or false")
+            out["post_ok"] = reply["post_ok"]
+    elif out["status"] == "rejected":
+        reason = reply.get("reason", "")
+        if not isinstance(reason, str):
+            raise ValidationError("a rejection's reason is text")
+        out["reason"] = reason
+        if "cost" in reply:
+            raise ValidationError("a rejected reply charged nothing: it has no cost")
+    else:
+        raise ValidationError(f"status = {str(out['status'])[:20]!r}: 'ok' or 'rejected'")
+    out["result"] = reply.get("result")
+    return out

@@ -1,0 +1,142 @@
+"""The aggregator's credentials and reply schema over real HTTP: 401, 403, forgery, replays."""
+
+from __future__ import annotations
+
+import pytest
+
+from dprivacy.local import PersonalBudget, PublicPolicy, UserAgent
+from dprivacy.local.aggregator.client import collect, connect, poll_once, publish, run_server
+from dprivacy.local.aggregator.server import create_app
+from dprivacy.local.aggregator.store import AggregatorStore, ConflictError
+from dprivacy.local.case_studies import rappor_query, warner_query
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture()
+def served(tmp_path):
+    """A real uvicorn server over a file store with two analysts and two enrolled devices."""
+    store = AggregatorStore(tmp_path / "agg.sqlite")
+    creds = {"alice": store.add_analyst("alice"), "bob": store.add_analyst("bob"),
+             "u1": store.enrol("u1"), "u2": store.enrol("u2")}
+    srv = run_server(create_app(store))
+    try:
+        yield srv, store, creds
+    finally:
+        srv.stop()
+        store.close()
+
+
+def _agent(user: str, value: str, tmp_path, **kw) -> UserAgent:
+    return UserAgent(user, {"smoker": value}, PersonalBudget(tmp_path / "dev.sqlite", user, total=5.0),
+                     sandbox=None, pad=False, rng=1, **kw)
+
+
+def test_every_endpoint_needs_a_valid_credential(served) -> None:
+    srv, store, creds = served
+    q = warner_query("q", 1.0, "smoker", ["yes", "no"]).to_dict()
+    reply = {"query": "q", "user": "u1", "status": "ok", "cost": 1.0, "result": "yes"}
+    good = creds["alice"]
+    wrong_secret = good[:-4] + ("0000" if not good.endswith("0000") else "1111")
+    for header in (None, "Bearer", f"Basic {good}", f"Bearer {wrong_secret}", "Bearer dpa_x_y",
+                   f"Bearer {good}x"):
+        with connect(srv.url) as c:
+            h = {} if header is None else {"Authorization": header}
+            assert c.post("/queries", json=q, headers=h).status_code == 401
+            assert c.get("/queries", headers=h).status_code == 401
+            assert c.post("/replies", json=reply, headers=h).status_code == 401
+            r = c.get("/replies/q", headers=h)
+            assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+    with connect(srv.url) as c:  # liveness needs none
+        assert c.get("/health").json() == {"ok": True}
+    assert store.count() == 0  # nothing was published by the refused requests
+
+
+def test_roles_and_ownership_are_enforced(served, tmp_path) -> None:
+    srv, store, creds = served
+    q = warner_query("smokers", 1.0, "smoker", ["yes", "no"])
+    with connect(srv.url, creds["alice"]) as alice, connect(srv.url, creds["bob"]) as bob, \
+            connect(srv.url, creds["u1"]) as dev:
+        assert dev.post("/queries", json=q.to_dict()).status_code == 403  # a device cannot publish
+        spoof = {**q.to_dict(), "publisher": "bob"}
+        assert alice.post("/queries", json=spoof).status_code == 403  # nor name another publisher
+        assert publish(alice, q)["publisher"] == "alice"
+        assert alice.post("/queries", json=q.to_dict()).status_code == 409  # ids are unique
+        poll_once(dev, _agent("u1", "yes", tmp_path))
+        r = alice.post("/replies", json={"query": "smokers", "status": "rejected", "reason": "x"})
+        assert r.status_code == 403  # an analyst cannot reply
+        assert bob.get("/replies/smokers").status_code == 403  # bob cannot read alice's replies
+        assert dev.get("/replies/smokers").status_code == 403  # nor can a device
+        assert alice.get("/replies/nope").status_code == 404
+        got = collect(alice, "smokers")
+        assert [r["user"] for r in got] == ["u1"] and got[0]["result"] in ("yes", "no")
+        # the published query carries its authenticated publisher to the devices
+        assert dev.get("/queries").json()["queries"][0]["publisher"] == "alice"
+    store.revoke("device", "u1")
+    with connect(srv.url, creds["u1"]) as dev:
+        assert dev.get("/queries").status_code == 401  # a revoked credential is dead
+
+
+def test_a_forged_reply_is_refused_and_cannot_displace_the_genuine_one(served, tmp_path) -> None:
+    srv, store, creds = served
+    q = warner_query("smokers", 1.0, "smoker", ["yes", "no"])
+    forged = {"query": "smokers", "user": "u1", "status": "ok", "cost": q.T.cost(), "result": "no"}
+    with connect(srv.url, creds["alice"]) as alice, connect(srv.url, creds["u2"]) as mallory, \
+            connect(srv.url) as anon, connect(srv.url, creds["u1"]) as u1:
+        publish(alice, q)
+        assert anon.post("/replies", json=forged).status_code == 401
+        assert mallory.post("/replies", json=forged).status_code == 403  # u2's token, u1's name
+        with pytest.raises(ConflictError, match="already enrolled"):
+            store.enrol("u1")  # nobody can take over u1's enrolment
+        genuine = _agent("u1", "yes", tmp_path)
+        poll_once(u1, genuine)
+        got = collect(alice, "smokers")
+        assert len(got) == 1 and got[0] == {k: genuine.history["smokers"][k] for k in got[0]}
+        # u1 itself cannot change its reply afterwards; an identical replay is ignored
+        other = "no" if got[0]["result"] == "yes" else "yes"
+        assert u1.post("/replies", json={**genuine.history["smokers"], "result": other}).status_code == 409
+        r = u1.post("/replies", json=genuine.history["smokers"])
+        assert r.status_code == 200 and r.json() == {"stored": False}
+        assert collect(alice, "smokers") == got
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    ({"cost": 0.5}, "cost"),
+    ({"cost": None}, "cost"),
+    ({"result": "maybe"}, "not an output"),
+    ({"result": ["yes"]}, "not an output"),
+    ({"status": "done"}, "status"),
+    ({"extra": 1}, "no key"),
+    ({"query": "other"}, "unknown query"),
+])
+def test_reply_schema_is_checked(served, change, why) -> None:
+    srv, _, creds = served
+    q = warner_query("smokers", 1.0, "smoker", ["yes", "no"])
+    ok = {"query": "smokers", "user": "u1", "status": "ok", "cost": q.T.cost(), "result": "yes"}
+    with connect(srv.url, creds["alice"]) as alice, connect(srv.url, creds["u1"]) as u1:
+        publish(alice, q)
+        r = u1.post("/replies", json={**ok, **change})
+        assert r.status_code in (400, 404) and why in r.json()["detail"]
+        assert collect(alice, "smokers") == []
+        assert u1.post("/replies", json=ok).json() == {"stored": True}
+
+
+def test_product_outputs_are_checked(served) -> None:
+    srv, _, creds = served
+    q = rappor_query("colours", 2.0, "colour", ["r", "g", "b"])
+    base = {"query": "colours", "status": "ok", "cost": q.T.cost()}
+    with connect(srv.url, creds["alice"]) as alice, connect(srv.url, creds["u1"]) as u1:
+        publish(alice, q)
+        for bad in ([0, 1], [0, 1, 2], [0, 1, True], [0, 1, 1.0], "011"):
+            assert u1.post("/replies", json={**base, "result": bad}).status_code == 400
+        assert u1.post("/replies", json={**base, "result": [0, 1, 1]}).json() == {"stored": True}
+
+
+def test_agents_check_the_publisher_before_spending(served, tmp_path) -> None:
+    srv, _, creds = served
+    with connect(srv.url, creds["bob"]) as bob, connect(srv.url, creds["u1"]) as u1:
+        publish(bob, warner_query("from-bob", 1.0, "smoker", ["yes", "no"]))
+        a = _agent("u1", "yes", tmp_path, policy=PublicPolicy(publishers={"alice"}))
+        poll_once(u1, a)
+    assert a.history == {} or a.history.get("from-bob", {}).get("status") != "ok"
+    assert a.remaining()["total"] == pytest.approx(5.0)  # nothing charged
