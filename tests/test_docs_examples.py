@@ -39,7 +39,7 @@ SKIP: dict[tuple[str, str], str] = {
     ("docs/local.md", 'pip install ".[local]"'): "installs from the network",
     ("docs/local.md", "# the aggregator and one user's agent: long-running services (stop them "
                       "with Ctrl-C)"):
-        "starts services that run until stopped (tests/local/test_transport.py runs them)",
+        "starts services that run until stopped (tests/local/aggregator/test_transport.py runs them)",
     ("docs/local.md", "python -m experiments.local_optimal_vs_planar            # the full run"):
         "the full run takes minutes (tests/local/test_experiment.py runs the quick mode)",
     ("docs/service.md", "dprivacy serve --config service.toml --host 127.0.0.1 --port 8765"):
@@ -154,7 +154,7 @@ def check_page_output(page: str, out: str) -> None:
     if page == "docs/local.md":
         for line in ("1.0986122886681098\n", "inf\n", "0.75\n", "3.0\n2.0\n",
                      "{'total': 1.0, 'field/income': 0.5}", "{'total': 0.6, 'field/income': 0.1}",
-                     "20 ['cost', 'query', 'result', 'status', 'user']",
+                     "20 ['cost', 'query', 'result', 'status', 'user']", "401\n",
                      "is not an output of T", "[-1, 1]\n", "True Optimal", "(16, 16)\n"):
             assert line in out, (line, out)
     if page == "docs/service.md":  # budgets and refusals the page states

@@ -1,16 +1,20 @@
-"""``dprivacy local serve | agent | cost | simulate``: the local model from the command line.
+"""``dprivacy local serve | credentials | agent | cost | optimal | simulate``: the local model from
+the command line.
 
 ``register(subparsers)`` adds the ``local`` command to the main ``dprivacy`` parser (its one
 registration point, :data:`dprivacy.cli.app.COMMANDS`); ``python -m dprivacy.local ...`` runs the
 same commands standalone.
 
 * ``serve``: the aggregator (uvicorn) on ``--host``/``--port`` (port 0 picks a free one; the
-  first line printed is ``listening on URL``).
-* ``agent``: one user's agent polling a server: data from a JSON file, a durable budget in an
-  SQLite ledger, sandboxed analyst code (refused where bubblewrap does not work).
+  first line printed is ``listening on URL``) over its SQLite state ``--db``.
+* ``credentials``: an analyst's API key or a user's device credential, issued into ``--db``.
+* ``agent``: one user's agent polling a server with its device credential: data from a JSON
+  file, a durable budget in an SQLite ledger, sandboxed analyst code (refused where bubblewrap
+  does not work).
 * ``cost T.csv``: cost(T) of a matrix file (Paper IV Def. 3), and with ``--metric D.csv`` the
   d_X check of every pair.
-* ``simulate``: a server, N simulated users and a Warner query, end to end, in one command.
+* ``optimal``: the optimal d_X-local randomiser of a universe and metric (:mod:`.local_optimal`).
+* ``simulate``: a Warner query answered by N simulated users (:mod:`.local_simulate`).
 """
 
 from __future__ import annotations
@@ -19,37 +23,61 @@ import argparse
 import json
 import math
 import socket
-import time
 from typing import Any
 
 import numpy as np
 
 __all__ = ["register", "run"]
 
-DESCRIPTION = ("the local model (PreTPost) from the command line: an aggregator (serve), a user's "
-               "agent (agent), the cost of a randomiser matrix (cost), an end-to-end run (simulate)")
+DESCRIPTION = ("the local model (PreTPost) from the command line: an aggregator (serve) and its "
+               "credentials (credentials), a user's agent (agent), the cost of a randomiser matrix "
+               "(cost), the optimal d_X-local randomiser (optimal), simulated users (simulate)")
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from dprivacy.cli.common import guard
     from dprivacy.local.aggregator.server import create_app
+    from dprivacy.local.aggregator.store import AggregatorStore
 
+    with guard(f"--db {args.db!r}"):
+        store = AggregatorStore(args.db)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((args.host, args.port))
     host, port = sock.getsockname()[:2]
     print(f"listening on http://{host}:{port}", flush=True)
-    server = uvicorn.Server(uvicorn.Config(create_app(), log_level="warning", access_log=False))
+    app = create_app(store, max_body=args.max_body)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
     server.run(sockets=[sock])
     return 0
 
 
-def _cmd_agent(args: argparse.Namespace) -> int:
-    import httpx
+def _cmd_credentials(args: argparse.Namespace) -> int:
+    from dprivacy.cli.common import guard
+    from dprivacy.cli.exits import OK
+    from dprivacy.local.aggregator.store import AggregatorStore
 
+    with guard(f"--db {args.db!r}"):
+        store = AggregatorStore(args.db)
+        try:
+            if args.analyst:
+                cred = store.add_analyst(args.analyst)
+            else:
+                cred = store.enrol(args.device, replace=args.replace)
+        finally:
+            store.close()
+    print(cred)
+    return OK
+
+
+def _cmd_agent(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from dprivacy.cli.common import guard
     from dprivacy.cli.files import read_json
-    from dprivacy.local.aggregator.client import run_agent
+    from dprivacy.local.aggregator.client import connect, run_agent
     from dprivacy.local.device.agent import UserAgent
     from dprivacy.local.device.budget import PersonalBudget
     from dprivacy.local.device.policy import PublicPolicy
@@ -58,9 +86,12 @@ def _cmd_agent(args: argparse.Namespace) -> int:
     per_field = json.loads(args.per_field) if args.per_field else None
     budget = PersonalBudget(args.ledger, args.user, total=args.budget, per_field=per_field,
                             per_event=args.per_event)
-    policy = PublicPolicy(allowed_fields=args.fields, max_cost=args.max_cost)
+    policy = PublicPolicy(allowed_fields=args.fields, max_cost=args.max_cost,
+                          publishers=args.publishers)
+    with guard(f"--credential-file {args.credential_file!r}"):
+        credential = Path(args.credential_file).read_text().strip()
     agent = UserAgent(args.user, data, budget, policy=policy, sandbox="auto", pad=not args.no_pad)
-    with httpx.Client(base_url=args.server, timeout=60) as c:
+    with connect(args.server, credential) as c:
         run_agent(c, agent, interval=args.interval, polls=args.polls)
     print(json.dumps({"user": args.user, "remaining": agent.remaining(),
                       "answered": sorted(agent.history)}))
@@ -94,54 +125,36 @@ def _cmd_cost(args: argparse.Namespace) -> int:
     return OK if math.isfinite(c) else REFUSED
 
 
-def _cmd_simulate(args: argparse.Namespace) -> int:
-    import tempfile
-    from pathlib import Path
-
-    import httpx
-
-    from dprivacy.local.aggregator.client import collect, publish, run_server, simulate_users
-    from dprivacy.local.aggregator.server import create_app
-    from dprivacy.local.case_studies import warner_estimate, warner_query
-    from dprivacy.local.device.agent import UserAgent
-    from dprivacy.local.device.budget import PersonalBudget
-
-    rng = np.random.default_rng(args.seed)
-    truth = rng.random(args.users) < args.share
-    seeds = rng.integers(2**32, size=args.users)  # one per user: the run does not depend on threads
-    t0 = time.perf_counter()
-    srv = run_server(create_app(), "127.0.0.1")
-    q = warner_query("share", args.eps, "answer", ["yes", "no"])
-    try:
-        with tempfile.TemporaryDirectory() as tmp, httpx.Client(base_url=srv.url, timeout=60) as c:
-            publish(c, q)
-            ledger = Path(tmp) / "budgets.sqlite"
-
-            def agent(i: int) -> UserAgent:
-                return UserAgent(f"u{i}", {"answer": "yes" if truth[i] else "no"},
-                                 PersonalBudget(ledger, f"u{i}", total=args.budget), sandbox=None,
-                                 pad=False, rng=int(seeds[i]))
-
-            simulate_users(srv.url, range(args.users), agent, workers=args.workers)
-            replies = collect(c, q.id)
-    finally:
-        srv.stop()
-    ok = [r["result"] for r in replies if r["status"] == "ok"]
-    est = warner_estimate(ok, np.asarray(getattr(q.T, "matrix")), ["yes", "no"])[0]  # noqa: B009 (a MatrixRandomiser)
-    print(json.dumps({"users": args.users, "answered": len(ok), "true_share": float(truth.mean()),
-                      "estimate": float(est), "seconds": round(time.perf_counter() - t0, 2)}))
-    return 0
-
-
 def _add(sub: Any) -> None:
-    s = sub.add_parser("serve", help="run the aggregator (HTTP, JSON)",
+    from dprivacy.cli import local_optimal, local_simulate
+
+    s = sub.add_parser("serve", help="run the aggregator (HTTP, JSON, authenticated)",
                        description="Run the aggregator: analysts publish queries (POST /queries), "
-                       "agents fetch them and post replies, analysts collect them (GET "
-                       "/replies/{id}). The first line printed is 'listening on URL'.")
+                       "agents fetch them and post replies, analysts collect the replies to their "
+                       "own queries (GET /replies/{id}). Every request but /health carries a "
+                       "credential (Authorization: Bearer ...) issued by 'dprivacy local "
+                       "credentials'. The first line printed is 'listening on URL'.")
+    s.add_argument("--db", required=True,
+                   help="SQLite file of the aggregator's state (credentials, queries, replies; "
+                        "created if missing, kept across restarts)")
     s.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1, this machine only)")
     s.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    s.add_argument("--max-body", type=int, default=8 << 20,
+                   help="largest request body in bytes (default 8 MiB; larger ones are refused, 413)")
     s.set_defaults(local_func=_cmd_serve)
+
+    s = sub.add_parser("credentials", help="issue an analyst's API key or enrol a user's device",
+                       description="Print a new credential once (only its sha256 is stored in "
+                                   "--db). Analysts send it as 'Authorization: Bearer KEY'; a "
+                                   "device's agent reads it from --credential-file.")
+    s.add_argument("--db", required=True, help="the aggregator's SQLite file (as given to serve)")
+    who = s.add_mutually_exclusive_group(required=True)
+    who.add_argument("--analyst", metavar="NAME", help="issue an API key for this analyst")
+    who.add_argument("--device", metavar="USER", help="enrol this user's device (one per user)")
+    s.add_argument("--replace", action="store_true",
+                   help="with --device: revoke the user's current device credential, issue a new one")
+    s.set_defaults(local_func=_cmd_credentials)
 
     s = sub.add_parser("agent", help="run one user's agent against a server",
                        description="Run one user's agent: poll the aggregator for queries, price "
@@ -150,6 +163,10 @@ def _add(sub: Any) -> None:
                        "randomised answer. On exit it prints the remaining budgets.")
     s.add_argument("--server", required=True, help="aggregator URL, e.g. http://127.0.0.1:8000")
     s.add_argument("--user", required=True, help="the user's id (names the budget in the ledger)")
+    s.add_argument("--credential-file", required=True,
+                   help="file holding the device credential issued when the user was enrolled")
+    s.add_argument("--publishers", nargs="*", default=None,
+                   help="the analysts whose queries are answered (default any publisher)")
     s.add_argument("--data", required=True, help="JSON file: an object of the user's private fields")
     s.add_argument("--ledger", required=True, help="SQLite file of the durable personal budget")
     s.add_argument("--budget", type=float, default=None,
@@ -181,29 +198,14 @@ def _add(sub: Any) -> None:
                         "T is d_X-private for it")
     s.set_defaults(local_func=_cmd_cost)
 
-    s = sub.add_parser("simulate", help="server + simulated users + a Warner query, end to end",
-                       description="Start the aggregator on loopback, publish one Warner "
-                       "randomised-response query about a yes/no field, let simulated users' "
-                       "agents answer it (each with a durable budget in one temporary SQLite "
-                       "ledger), collect the replies and estimate the share of 'yes'. Prints one "
-                       "JSON line: users, answered, true_share, estimate, seconds.")
-    s.add_argument("--users", type=int, default=500, help="number of simulated users (default 500)")
-    s.add_argument("--eps", type=float, default=1.0,
-                   help="cost of the Warner query, ln of its odds ratio (default 1)")
-    s.add_argument("--share", type=float, default=0.3,
-                   help="true share of users whose answer is 'yes' (default 0.3)")
-    s.add_argument("--budget", type=float, default=2.0,
-                   help="each user's total budget (default 2; a query costing more is refused)")
-    s.add_argument("--workers", type=int, default=2,
-                   help="threads answering for the users, each with its own HTTP client (default 2)")
-    s.add_argument("--seed", type=int, default=0,
-                   help="seed of the users' true answers and of their randomisers (default 0)")
-    s.set_defaults(local_func=_cmd_simulate)
+    local_optimal.add_parser(sub)
+    local_simulate.add_parser(sub)
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``local`` command (with its sub-commands) to a ``dprivacy`` subparsers object."""
-    p = subparsers.add_parser("local", help="local model (PreTPost): serve, agent, cost, simulate",
+    p = subparsers.add_parser("local", help="local model (PreTPost): serve, credentials, agent, cost, "
+                                            "optimal, simulate",
                               description=DESCRIPTION)
     _add(p.add_subparsers(dest="local_command", metavar="LOCAL_COMMAND", required=True))
     p.set_defaults(func=run)
