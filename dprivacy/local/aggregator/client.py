@@ -2,8 +2,9 @@
 
 Both sides authenticate with a bearer credential issued by the operator
 (:meth:`AggregatorStore.add_analyst`, :meth:`AggregatorStore.enrol`): :func:`connect` opens an
-``httpx.Client`` that sends it. :func:`publish` and :func:`collect` are the analyst's side;
-:func:`poll_once` fetches the queries a device has not seen, answers each with
+``httpx.Client`` that sends it. The analyst's side is :func:`publish`, :func:`collect` and
+:func:`collect_results` (the replies post-processed by the query's ``post``, on the analyst's
+side). :func:`poll_once` fetches the queries a device has not seen, answers each with
 :meth:`UserAgent.handle` (Algorithm 1, on the device) and posts the replies; :func:`run_agent`
 repeats it. :func:`run_server` starts uvicorn on a socket in a background thread (tests,
 simulations).
@@ -21,8 +22,8 @@ from typing import Any
 from dprivacy.local.device.agent import UserAgent
 from dprivacy.local.query import Query
 
-__all__ = ["ServerThread", "collect", "connect", "poll_once", "publish", "run_agent", "run_server",
-           "simulate_users"]
+__all__ = ["ServerThread", "collect", "collect_results", "connect", "poll_once", "publish", "run_agent",
+           "run_server", "simulate_users"]
 
 
 def connect(url: str, credential: str | None = None, *, timeout: float = 60.0) -> Any:
@@ -53,6 +54,14 @@ def collect(client: Any, qid: str) -> list[dict[str, Any]]:
         if not body["replies"] or int(body["next"]) == after:
             return out
         after = int(body["next"])
+
+
+def collect_results(client: Any, query: Query, *, rng: Any = None) -> list[Any]:
+    """The analyst's results of ``query``: its collected replies, checked and post-processed on
+    the analyst's side (:func:`dprivacy.local.postprocess.apply_post`; refusals are skipped)."""
+    from dprivacy.local.postprocess import apply_post
+
+    return apply_post(query, collect(client, query.id), rng=rng)
 
 
 def poll_once(client: Any, agent: UserAgent, after: int = 0, *,

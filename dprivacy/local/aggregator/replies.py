@@ -2,10 +2,12 @@
 
 A reply is ``{"query", "user", "status", ...}``:
 
-* ``status = "ok"``: ``cost`` must equal cost(T) of the published query (what the user was
-  charged, Paper IV Def. 3) and ``result`` must be one of T's outputs when the query has no
-  ``post`` (a label of a matrix randomiser; for a product randomiser a list with one output
-  index per coordinate);
+* ``status = "ok"``: exactly the keys of :data:`dprivacy.local.postprocess.REPLY_KEYS`;
+  ``cost`` must equal cost(T) of the published query (what the user was charged, Paper IV
+  Def. 3) and ``result`` must be one of T's outputs (:meth:`Randomiser.has_output`: a label of
+  a matrix randomiser; for a product randomiser a list with one output index per coordinate).
+  Devices reply T's output only; the analyst runs the query's ``post`` on it
+  (:func:`dprivacy.local.postprocess.apply_post`);
 * ``status = "rejected"``: a ``reason`` (text) and the user's ``result`` (any JSON, or null).
 
 Anything else (an unknown status or key, a wrong cost, an output T cannot produce, a reply of
@@ -24,37 +26,17 @@ from typing import Any
 from dprivacy.errors import ValidationError
 from dprivacy.local.aggregator.errors import ForbiddenError
 from dprivacy.local.query import Query
-from dprivacy.local.randomiser import MatrixRandomiser, ProductRandomiser
 
 __all__ = ["MAX_REPLY_BYTES", "check_reply", "output_checker"]
 
 #: Largest JSON text of one reply.
 MAX_REPLY_BYTES = 64 * 1024
-_KEYS = frozenset({"query", "user", "status", "result", "cost", "post_ok", "reason"})
-
-
-def _key(v: Any) -> str:
-    return json.dumps(v, sort_keys=True, separators=(",", ":"))
+_KEYS = frozenset({"query", "user", "status", "result", "cost", "reason"})
 
 
 def output_checker(query: Query) -> Callable[[Any], bool]:
-    """A predicate: is ``result`` a possible reply of ``query`` (an output of T when no post runs)."""
-    if query.post is not None:
-        return lambda result: True  # post's output: only its size is checked
-    T = query.T  # noqa: N806
-    if isinstance(T, MatrixRandomiser):
-        keys = frozenset(_key(o) for o in (T.outputs or ()))
-        return lambda result: _key(result) in keys
-    if isinstance(T, ProductRandomiser):
-        sizes = [int(m.shape[1]) for m in T.matrices]
-
-        def product_ok(result: Any) -> bool:
-            return (isinstance(result, list) and len(result) == len(sizes) and all(
-                isinstance(z, int) and not isinstance(z, bool) and 0 <= z < s
-                for z, s in zip(result, sizes, strict=True)))
-
-        return product_ok
-    return lambda result: False
+    """A predicate: is ``result`` an output of the query's randomiser T (what a device replies)."""
+    return query.T.has_output
 
 
 def check_reply(reply: Any, *, device: str, query: Query, cost: float,
@@ -97,11 +79,9 @@ def check_reply(reply: Any, *, device: str, query: Query, cost: float,
             raise ValidationError(f"cost = {str(c)[:30]}: the query's cost(T) is {cost!r}")
         if not is_output(reply.get("result")):
             raise ValidationError("the result is not an output of the query's randomiser T")
+        if "reason" in reply:
+            raise ValidationError("an answered reply has no reason")
         out["cost"] = float(c)
-        if "post_ok" in reply:
-            if not isinstance(reply["post_ok"], bool):
-                raise ValidationError("post_ok is true or false")
-            out["post_ok"] = reply["post_ok"]
     elif out["status"] == "rejected":
         reason = reply.get("reason", "")
         if not isinstance(reason, str):

@@ -140,3 +140,25 @@ def test_agents_check_the_publisher_before_spending(served, tmp_path) -> None:
         poll_once(u1, a)
     assert a.history == {} or a.history.get("from-bob", {}).get("status") != "ok"
     assert a.remaining()["total"] == pytest.approx(5.0)  # nothing charged
+
+
+def test_post_runs_on_the_analysts_side(served, tmp_path) -> None:
+    """Devices reply T's output; collect_results runs the query's post on the collected replies."""
+    from dprivacy.local.aggregator.client import collect_results
+    from dprivacy.local.builtins import rr_scale
+    from dprivacy.local.case_studies import duchi_query
+
+    srv, _, creds = served
+    q = duchi_query("mean", 1.0, "x")
+    with connect(srv.url, creds["alice"]) as alice:
+        publish(alice, q)
+        for u in ("u1", "u2"):
+            a = UserAgent(u, {"x": 0.5}, PersonalBudget(tmp_path / "d.sqlite", u, total=5.0),
+                          sandbox=None, pad=False, rng=2)
+            with connect(srv.url, creds[u]) as dev:
+                poll_once(dev, a)
+        raw = [r["result"] for r in collect(alice, "mean")]
+        assert set(raw) <= {-1, 1}  # only T's outputs travel
+        out = collect_results(alice, q)
+    c = rr_scale(1.0)
+    assert sorted(out) == sorted(z * c for z in raw)
