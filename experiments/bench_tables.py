@@ -271,6 +271,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
 
     table = pd.DataFrame(rows)
     stem = "bench_tables_quick" if args.quick else "bench_tables"
+    if only != set(GROUPS_ALL):  # a subset of the rows: its own files, the full table stays
+        stem += "_" + "_".join(g for g in GROUPS_ALL if g in only)
     args.out.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.out / f"{stem}.csv", index=False)
     fig, ax = plt.subplots(figsize=(9, 4))
