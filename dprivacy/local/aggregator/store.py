@@ -8,7 +8,8 @@
 * **Queries** are stored with their publisher (the analyst whose key published them), their
   position (agents poll "after position k") and cost(T) computed at publication.
 * **Replies** are stored once per (query, user): a repeated reply is ignored ("replay memory"),
-  a different second reply is refused. Only the query's publisher may read them.
+  a different reply after an answer is refused (a refusal, which charged nothing, may be
+  replaced by a later reply of the same device). Only the query's publisher may read them.
 
 Everything is committed before a request is answered, so a restarted server (same file) keeps
 its analysts, devices, queries, replies and replay memory.
@@ -233,7 +234,8 @@ class AggregatorStore:
     # ------------------------------------------------------------------ replies
     def reply(self, device: str, body: Any) -> bool:
         """Check and store a reply sent by ``device``; True if stored, False if it repeats the
-        stored one (a replay); ConflictError if the device already sent a different reply."""
+        stored one (a replay); ConflictError if the device already sent a different answer (a
+        stored refusal is replaced)."""
         qid = body.get("query") if isinstance(body, dict) else None
         _, q, c, is_output = self._query(qid)
         text = json.dumps(check_reply(body, device=device, query=q, cost=c, is_output=is_output),
@@ -245,8 +247,13 @@ class AggregatorStore:
                 return True
             (old,) = self._db.execute("SELECT body FROM replies WHERE query = ? AND user = ?",
                                       (q.id, device)).fetchone()
+            if old != text and json.loads(old).get("status") == "rejected":
+                # a refusal charged nothing: the device may answer later (e.g. its policy changed)
+                self._db.execute("UPDATE replies SET body = ?, received = ? WHERE query = ? AND "
+                                 "user = ?", (text, time.time(), q.id, device))
+                return True
         if old != text:
-            raise ConflictError(f"user {device!r} already replied to {q.id!r} (the first reply is kept)")
+            raise ConflictError(f"user {device!r} already answered {q.id!r} (the first answer is kept)")
         return False
 
     def collected(self, analyst: str, qid: str, after: int = 0,

@@ -162,3 +162,17 @@ def test_post_runs_on_the_analysts_side(served, tmp_path) -> None:
         out = collect_results(alice, q)
     c = rr_scale(1.0)
     assert sorted(out) == sorted(z * c for z in raw)
+
+
+def test_a_refusal_may_be_replaced_an_answer_may_not(served) -> None:
+    srv, _, creds = served
+    q = warner_query("smokers", 1.0, "smoker", ["yes", "no"])
+    refusal = {"query": "smokers", "user": "u1", "status": "rejected", "reason": "busy", "result": None}
+    answer = {"query": "smokers", "user": "u1", "status": "ok", "cost": q.T.cost(), "result": "no"}
+    with connect(srv.url, creds["alice"]) as alice, connect(srv.url, creds["u1"]) as u1:
+        publish(alice, q)
+        assert u1.post("/replies", json=refusal).json() == {"stored": True}
+        assert u1.post("/replies", json=answer).json() == {"stored": True}  # replaces the refusal
+        assert u1.post("/replies", json=refusal).status_code == 409  # an answer is final
+        assert u1.post("/replies", json={**answer, "result": "yes"}).status_code == 409
+        assert collect(alice, "smokers") == [answer]

@@ -186,3 +186,31 @@ def test_simulate_estimates_within_its_documented_error(capsys) -> None:
     se = std_error(500, 1.0)
     assert abs(errs_a.mean()) < 4.5 * se / math.sqrt(200)  # unbiased
     assert 0.75 < errs_a.std(ddof=1) / se < 1.25  # the documented spread (sd of the ratio ~5 %)
+
+
+def test_agent_command_with_its_credential_file(server, tmp_path: Path, capsys) -> None:
+    """`dprivacy local agent --credential-file F` answers as its enrolled user; with
+    `--publishers` naming another analyst it refuses and spends nothing, and its later answer
+    replaces the refusal."""
+    import json
+
+    from dprivacy.cli import main as cli_main
+
+    cred = tmp_path / "cli1.credential"
+    cred.write_text(server.enrol(["cli1"])["cli1"] + "\n")
+    (tmp_path / "me.json").write_text(json.dumps({"smoker": "no"}))
+    with connect(server.url, server.analyst, timeout=30) as analyst:
+        publish(analyst, warner_query("cli-q", 1.0, "smoker", ["yes", "no"]))
+        base = ["local", "agent", "--server", server.url, "--user", "cli1", "--credential-file",
+                str(cred), "--data", str(tmp_path / "me.json"), "--polls", "1", "--no-pad"]
+        assert cli_main([*base, "--ledger", str(tmp_path / "a.sqlite"), "--budget", "3",
+                         "--publishers", "bob"]) == 0
+        out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert out["remaining"]["total"] == pytest.approx(3.0)
+        mine = [r for r in collect(analyst, "cli-q") if r["user"] == "cli1"]
+        assert [r["status"] for r in mine] == ["rejected"] and "publisher" in mine[0]["reason"]
+        assert cli_main([*base, "--ledger", str(tmp_path / "b.sqlite"), "--budget", "3"]) == 0
+        out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert "cli-q" in out["answered"]
+        mine = [r for r in collect(analyst, "cli-q") if r["user"] == "cli1"]  # the refusal replaced
+    assert len(mine) == 1 and mine[0]["status"] == "ok" and mine[0]["result"] in ("yes", "no")
