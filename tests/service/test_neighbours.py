@@ -79,7 +79,7 @@ def _counts(url: str, n: int, pred) -> np.ndarray:
 @pytest.mark.slow
 def test_exhausted_record_is_left_out_like_an_absent_one(start):
     """Against D (no target) and D + target with budget 0, the target's own probe has the same
-    distribution: 40 answers each, noise sd 0.35; counting the target would move the mean by 1."""
+    distribution: 40 answers each, noise sd 0.35; counting the target would move them by 1."""
     big = people(100).assign(eps=1e4)
     a = start("a", big, query_seconds=0.4)
     b = start("b", people(100, extra=dict(TARGET, eps=0.0)).assign(
@@ -88,8 +88,10 @@ def test_exhausted_record_is_left_out_like_an_absent_one(start):
         eps=lambda d: np.where(d.pid == 999, 1e4, 1e4)), query_seconds=0.4)
     probe = (_.pid == 999) | (_.age > 80)
     xa, xb, xc = (_counts(s.url, n, probe) for s, n in ((a, 40), (b, 40), (c, 20)))
-    assert abs(xa.mean() - xb.mean()) < 0.5  # exhausted == absent (6 sd of the difference)
-    assert xc.mean() - xa.mean() > 0.5  # control: a target who can pay is counted
+    # medians: an answer that overran its deadline on a loaded machine (the default, ~0) cannot
+    # move them; the difference of two medians has sd ~0.06 here
+    assert abs(np.median(xa) - np.median(xb)) < 0.5  # exhausted == absent
+    assert np.median(xc) - np.median(xa) > 0.5  # control: a target who can pay is counted
 
 
 def test_no_response_carries_a_record(start):
