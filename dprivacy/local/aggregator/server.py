@@ -1,15 +1,15 @@
 """The aggregator service: publishes queries and collects replies (JSON over HTTP, FastAPI).
 
 Endpoints (``Authorization: Bearer <credential>``; 401 without a valid one, 403 with the wrong
-kind or for another analyst's query)
-------------------------------------------------------------------------------------------------
-``POST /queries``              analyst: publish a query (the JSON of :meth:`Query.to_dict`;
-                               size-capped, validated; its ``publisher`` is the key's analyst)
-``GET  /queries?after=k``      device or analyst: the queries published after position k
-``POST /replies``              device: its own reply ``{query, status, result, cost, ...}``
-                               (schema checked; the first reply per user and query is kept)
-``GET  /replies/{id}?after=k`` analyst: a page of the replies to one of *their* queries
-``GET  /health``               liveness (no credential)
+kind or for another analyst's query):
+
+* ``POST /queries``: an analyst publishes a query (the JSON of :meth:`Query.to_dict`;
+  size-capped, validated; its ``publisher`` is the key's analyst);
+* ``GET /queries?after=k``: a device or an analyst reads the queries published after position k;
+* ``POST /replies``: a device sends its own reply ``{query, status, cost, result}`` (schema
+  checked; the first answer per user and query is kept);
+* ``GET /replies/{id}?after=k``: an analyst reads a page of the replies to one of *their* queries;
+* ``GET /health``: liveness (no credential).
 
 Credentials are issued by the operator: :meth:`AggregatorStore.add_analyst` (an API key) and
 :meth:`AggregatorStore.enrol` (a device's token), or ``dprivacy local credentials``. The state is
