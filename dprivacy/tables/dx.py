@@ -38,31 +38,9 @@ from dprivacy.tables.budgets.agents import Agent, charge
 from dprivacy.tables.relations import rowwise
 from dprivacy.tables.relations.protocol import ElementCosts, Relation
 from dprivacy.tables.relations.rowwise import sealed
-from dprivacy.tables.verdicts import check_design
+from dprivacy.tables.verdicts import check_design, element_costs
 
 __all__ = ["element_costs", "PinqHistogram", "ProPerHistogram"]
-
-
-def element_costs(workload: Any, design: Any) -> np.ndarray:
-    """c_i = Σ_k u_k |F_ki| for every element i: the add/remove privacy loss of one record at i."""
-    from dprivacy.workload import Workload
-
-    if not isinstance(workload, Workload):
-        workload = Workload(workload)
-    u = np.asarray(design.u, dtype=float)
-    if u.shape != (workload.m,):
-        raise ShapeError(f"design has u of shape {u.shape}; the workload has m = {workload.m}")
-    F: np.ndarray | sp.csr_array = workload.F
-    with np.errstate(invalid="ignore"):
-        c = abs(F).T @ u if sp.issparse(F) else np.abs(np.asarray(F)).T @ u
-    c = np.asarray(c, dtype=float).reshape(workload.N)
-    if not np.all(np.isfinite(c)):
-        i = int(np.flatnonzero(~np.isfinite(c))[0])
-        raise ValidationError(
-            f"element {i} has an infinite privacy cost Σ_k u_k|F_ki| (a query with beta = inf is "
-            "answered exactly): a table release needs finite noise for every query that counts it"
-        )
-    return c
 
 
 class _Plan:

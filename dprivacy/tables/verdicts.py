@@ -20,14 +20,38 @@ from collections import OrderedDict
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
+from dprivacy.errors import ShapeError, ValidationError
 from dprivacy.fingerprints import Hasher
+from dprivacy.mechanisms.laplace import DXLaplace
+from dprivacy.workload import Workload
 
-__all__ = ["check_design", "clear"]
+__all__ = ["check_design", "clear", "element_costs"]
 
 _CACHE: OrderedDict[str, tuple[float, np.ndarray]] = OrderedDict()
 _LOCK = threading.Lock()
 _SIZE = 256
+
+
+def element_costs(workload: Any, design: Any) -> np.ndarray:
+    """c_i = Σ_k u_k |F_ki| for every element i: the add/remove privacy loss of one record at i."""
+    if not isinstance(workload, Workload):
+        workload = Workload(workload)
+    u = np.asarray(design.u, dtype=float)
+    if u.shape != (workload.m,):
+        raise ShapeError(f"design has u of shape {u.shape}; the workload has m = {workload.m}")
+    F: np.ndarray | sp.csr_array = workload.F
+    with np.errstate(invalid="ignore"):
+        c = abs(F).T @ u if sp.issparse(F) else np.abs(np.asarray(F)).T @ u
+    c = np.asarray(c, dtype=float).reshape(workload.N)
+    if not np.all(np.isfinite(c)):
+        i = int(np.flatnonzero(~np.isfinite(c))[0])
+        raise ValidationError(
+            f"element {i} has an infinite privacy cost Σ_k u_k|F_ki| (a query with beta = inf is "
+            "answered exactly): a table release needs finite noise for every query that counts it"
+        )
+    return c
 
 
 def _digest(*arrays: np.ndarray) -> str:
@@ -70,10 +94,7 @@ def check_design(workload: Any, design: Any, universe: Any = None, metric: Any =
     else the design's constraint set), from the cache or verified now (raising
     :class:`~dprivacy.errors.PrivacyViolationError` and the other errors of
     :class:`~dprivacy.DXLaplace` as it does). Returns (max ratio, element costs c_i of
-    :func:`dprivacy.tables.dx.element_costs`, read-only)."""
-    from dprivacy import DXLaplace
-    from dprivacy.tables.dx import element_costs
-
+    :func:`element_costs`, read-only)."""
     key = _key(workload, design, universe, metric)
     if key is not None:
         with _LOCK:
