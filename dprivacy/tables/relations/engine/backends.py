@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+from collections import OrderedDict
 from typing import Any
 
 import ibis
@@ -35,6 +36,7 @@ __all__ = ["Engine", "DuckEngine", "SparkEngine", "default_duckdb"]
 log = logging.getLogger(__name__)
 _names = itertools.count()
 _lock = threading.Lock()
+_SQL_CACHE = 256  # compiled plans kept per engine
 
 
 def fresh_name(prefix: str) -> str:
@@ -58,11 +60,25 @@ class Engine:
 
     def __init__(self, con: Any) -> None:
         self.ibis = con
+        self._sql_cache: OrderedDict[Any, str] = OrderedDict()
 
     def sql(self, expr: ir.Expr) -> str:
-        """The hardened SQL of ``expr`` (every CAST a TRY_CAST)."""
+        """The hardened SQL of ``expr`` (every CAST a TRY_CAST). Compiled once per plan: Ibis
+        operations compare by structure (sources, columns, literals), so an equal plan built
+        again (the same query on a new table object) reuses the text."""
+        op = expr.op()
+        with _lock:
+            hit = self._sql_cache.get(op)
+            if hit is not None:
+                self._sql_cache.move_to_end(op)
+                return hit
         query = self.ibis.compiler.to_sqlglot(expr)
-        return _try_casts(query).sql(dialect=self.ibis.dialect)
+        text = _try_casts(query).sql(dialect=self.ibis.dialect)
+        with _lock:
+            self._sql_cache[op] = text
+            while len(self._sql_cache) > _SQL_CACHE:
+                self._sql_cache.popitem(last=False)
+        return text
 
     def bind(self, expr: ir.Expr) -> None:
         """Compile ``expr`` and let the engine bind (analyse) it without running it: type errors
