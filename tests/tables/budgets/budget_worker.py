@@ -36,7 +36,7 @@ def kill_mode(db: str, out: str, start: int, stop: int) -> None:
         eligible = budgets.pay(rel.where(lambda t, q=q: t.g == q % 4), 0.07, label=f"q{q}")
         answer = eligible.count()
         os.write(fd, f"{budgets.last_query_id} q{q} {answer}\n".encode())
-        time.sleep(0.001)  # pace the loop so that the parent's random kill lands inside it
+        time.sleep(0.02)  # pace the loop so that the parent's random kill lands inside it
 
 
 def race_mode(db: str, n: int, go: str) -> None:
