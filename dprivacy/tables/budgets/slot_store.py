@@ -41,32 +41,28 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 
 from dprivacy.errors import DPrivacyError, ValidationError
+from dprivacy.tables.budgets.slot_records import (
+    _MAGIC,
+    _REC,
+    _REC_HEAD,
+    _append,
+    _decode,
+    _encode,
+    _fsync_dir,
+    _pack,
+    _unpack,
+)
 
 __all__ = ["SlotStore", "LedgerLockTimeout"]
 
-_MAGIC, _REC = b"DPBUDGT1", b"DPQ1"
-_REC_HEAD = struct.Struct("<4sII")  # magic, payload length, CRC-32 of the payload
-_CODEC = "zstd"
 COMPACT_BYTES_PER_SLOT = 4  # fold the records into a snapshot beyond this many bytes per person
 
 
 class LedgerLockTimeout(DPrivacyError):
     """The budget file stayed locked by other processes for longer than the timeout; nothing
     was charged."""
-
-
-def _pack(a: np.ndarray | bytes) -> bytes:
-    raw = a.tobytes() if isinstance(a, np.ndarray) else a
-    return pa.compress(raw, codec=_CODEC, asbytes=True) if raw else b""
-
-
-def _unpack(blob: bytes, size: int) -> bytes:
-    if size == 0:
-        return b""
-    return pa.decompress(blob, decompressed_size=size, codec=_CODEC, asbytes=True)
 
 
 class SlotStore:
@@ -391,83 +387,3 @@ class _Locked:
 def _debit(rem: np.ndarray, slots: np.ndarray, amounts: int | np.ndarray) -> None:
     if slots.size:
         rem[slots] -= amounts
-
-
-def _append(path: str, off: int, rec: bytes) -> int:
-    """Append ``rec`` to the file (which ends at ``off``) and sync it: the commit. On failure
-    the file is cut back to ``off`` (no half record may precede later ones)."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-    try:
-        if os.write(fd, rec) != len(rec):
-            raise OSError("short write to the budget file")
-        os.fsync(fd)
-    except BaseException:
-        os.truncate(path, off)
-        raise
-    finally:
-        os.close(fd)
-    return len(rec)
-
-
-def _encode(qid: int, label: str | None, n: int, slots: np.ndarray,
-            amounts: int | np.ndarray, ok: np.ndarray | None) -> bytes:
-    """One record. One amount: the payers' bitmap over the n slots, uncompressed (its size and
-    the work to build it do not depend on who pays). Several amounts: per distinct amount a
-    compressed bitmap, or (if smaller) the compressed (slot, amount) pairs."""
-    groups: list[list[Any]] = []
-    blobs: list[bytes] = []
-    if isinstance(amounts, int):
-        mask = np.zeros(n, dtype=bool)
-        mask[slots] = True if ok is None else ok
-        bits = np.packbits(mask).tobytes()
-        groups.append(["raw", int(amounts), len(bits), len(bits)])
-        blobs.append(bits)
-    else:
-        amt = np.asarray(amounts)
-        if ok is not None:
-            slots, amt = slots[ok], amt[ok]
-        vals = np.unique(amt) if amt.size else np.zeros(0, np.int64)
-        if vals.size * ((n + 7) // 8) <= slots.size * 16:
-            for v in vals.tolist():
-                mask = np.zeros(n, dtype=bool)
-                mask[slots[amt == v]] = True
-                packed = np.packbits(mask)
-                blob = _pack(packed)
-                groups.append(["bits", int(v), packed.nbytes, len(blob)])
-                blobs.append(blob)
-        elif slots.size:
-            pairs = np.stack([slots, amt]).astype(np.int64)
-            blob = _pack(pairs)
-            groups.append(["pairs", 0, pairs.nbytes, len(blob)])
-            blobs.append(blob)
-    meta = json.dumps({"q": qid, "label": label, "n": n, "groups": groups}).encode()
-    payload = struct.pack("<I", len(meta)) + meta + b"".join(blobs)
-    return _REC_HEAD.pack(_REC, len(payload), zlib.crc32(payload)) + payload
-
-
-def _decode(meta: dict, payload: bytes, pos: int) -> tuple[np.ndarray, np.ndarray]:
-    slots, amounts = [], []
-    n = int(meta["n"])
-    for kind, v, raw, size in meta["groups"]:
-        blob = payload[pos: pos + size]
-        pos += size
-        data = np.frombuffer(blob if kind == "raw" else _unpack(blob, raw), np.uint8)
-        if kind in ("bits", "raw"):
-            s = np.flatnonzero(np.unpackbits(data, count=n)).astype(np.int64)
-            slots.append(s)
-            amounts.append(np.full(s.size, int(v), np.int64))
-        else:
-            pairs = data.view(np.int64).reshape(2, -1)
-            slots.append(pairs[0])
-            amounts.append(pairs[1])
-    if not slots:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    return np.concatenate(slots), np.concatenate(amounts)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(os.path.dirname(os.path.abspath(path)) or ".", os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
