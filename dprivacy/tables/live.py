@@ -30,7 +30,8 @@ import pandas as pd
 from dprivacy.errors import UnknownRecordError, UnsupportedOperationError, ValidationError
 from dprivacy.tables.budgets.ledger import to_units
 from dprivacy.tables.relations import rowwise
-from dprivacy.tables.relations.pandas_relation import PandasRelation, as_frame
+from dprivacy.tables.relations.pandas_relation import PandasRelation
+from dprivacy.tables.relations.pandas_values import as_frame
 
 __all__ = ["LiveData"]
 

@@ -21,7 +21,8 @@ import numpy as np
 import pandas as pd
 
 from dprivacy.errors import ValidationError
-from dprivacy.tables.relations.pandas_relation import PandasRelation, as_frame
+from dprivacy.tables.relations.pandas_relation import PandasRelation
+from dprivacy.tables.relations.pandas_values import as_frame
 from dprivacy.tables.relations.protocol import Relation
 
 __all__ = ["BACKENDS", "check_backend", "relation_for", "is_pandas", "is_expression",
