@@ -26,6 +26,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dprivacy._atomic import atomic_write_text
+from dprivacy.config_json import (
+    _bounded_int,
+    _finite_float,
+    _float_array,
+    _refuse_constant,
+    _short,
+    from_json,
+    to_json,
+)
 from dprivacy.design import Design
 from dprivacy.errors import ConfigError, ConfigMismatchError, ValidationError
 from dprivacy.fingerprints import ENCODING
@@ -62,48 +71,8 @@ PARAMS: dict[str, tuple[str, ...]] = {"laplace": (), "exponential": (), "smalldb
 _MAX_INLINE_PARAMS = 65536  # metric params larger than this (JSON chars) are stored as a hash
 #: Config files larger than this are refused before they are read (as the command line does).
 MAX_BYTES = 1 << 30
-#: Integers in a config file beyond this magnitude are refused (no config field needs more).
-MAX_INT = 1 << 53
 #: The mechanism parameters (MWEM's ``T``, SmallDB's ``size``) are integers in [1, MAX_PARAM].
 MAX_PARAM = (1 << 31) - 1
-
-
-# ------------------------------------------------------------------ lossless JSON values
-def to_json(v: Any) -> Any:
-    """A JSON-safe, lossless copy: numpy -> Python, tuples -> lists, non-finite floats tagged."""
-    if isinstance(v, Mapping):
-        return {str(k): to_json(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple, np.ndarray)):
-        return [to_json(x) for x in (v.tolist() if isinstance(v, np.ndarray) else v)]
-    if isinstance(v, (bool, np.bool_)):
-        return bool(v)
-    if isinstance(v, (int, np.integer)):
-        return int(v)
-    if isinstance(v, (float, np.floating)):
-        f = float(v)
-        return f if math.isfinite(f) else {"__float__": repr(f)}
-    if v is None or isinstance(v, str):
-        return v
-    return str(v)
-
-
-def from_json(v: Any) -> Any:
-    """Inverse of :func:`to_json` (tagged floats back to float)."""
-    if isinstance(v, dict):
-        if set(v) == {"__float__"} and v["__float__"] in ("inf", "-inf", "nan"):
-            return float(v["__float__"])
-        return {k: from_json(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [from_json(x) for x in v]
-    return v
-
-
-def _float_array(v: Any, what: str) -> np.ndarray:
-    vals = from_json(v)
-    if not isinstance(vals, list) or not all(
-            isinstance(t, (int, float)) and not isinstance(t, bool) for t in vals):
-        raise ConfigError(f"config field {what!r} must be a list of numbers")
-    return np.array(vals, dtype=float)
 
 
 def _metric_params(metric: Metric) -> dict[str, Any]:
@@ -408,26 +377,6 @@ class MechanismConfig:
     __hash__ = None  # type: ignore[assignment]
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ConfigError(f"the JSON constant {name} is not allowed in a mechanism config (non-finite "
-                      'floats are written as {"__float__": "inf"})')
-
-
-def _finite_float(text: str) -> float:
-    v = float(text)
-    if not math.isfinite(v):
-        raise ConfigError(f"the number {text[:40]} overflows a float (non-finite floats are written "
-                          'as {"__float__": "inf"})')
-    return v
-
-
-def _bounded_int(text: str) -> int:
-    if len(text.lstrip("-")) > 17 or abs(int(text)) > MAX_INT:
-        raise ConfigError(f"the integer {text[:40]}{'...' if len(text) > 40 else ''} is too large "
-                          f"for a mechanism config (at most 2^53)")
-    return int(text)
-
-
 def _check_params(kind: str, params: Mapping[str, Any]) -> None:
     """MWEM's ``T`` and SmallDB's ``size``: integers (not bools) in [1, MAX_PARAM]."""
     for name in PARAMS[kind]:
@@ -443,11 +392,6 @@ def _ro(a: np.ndarray) -> np.ndarray:
     out = np.array(a, dtype=float, copy=True)
     out.setflags(write=False)
     return out
-
-
-def _short(v: Any) -> str:
-    s = json.dumps(v, sort_keys=True, default=str)
-    return s if len(s) <= 80 else s[:77] + "..."
 
 
 def _build(kind: str, workload: Workload, design: Any, universe: Universe, metric: Metric,
