@@ -34,31 +34,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from dprivacy.errors import ValidationError
+from dprivacy.tables.relations.engine.rowwise import ALLOWED
 
 __all__ = ["WIRE_OPS", "encode", "decode", "check_cost", "Cost"]
 
-#: The operations an expression on the wire may use (Ibis operation class names); the engine's
-#: row-wise allow-list is checked again on the server after the graph is rebuilt.
-WIRE_OPS: frozenset[str] = frozenset({
-    "Alias", "Literal", "Argument", "E", "Pi",
-    "Cast", "TryCast", "Coalesce", "Greatest", "Least", "IsNull", "NotNull", "NullIf",
-    "SearchedCase", "SimpleCase", "IfElse",
-    "And", "Or", "Not", "Xor", "Equals", "NotEquals", "Greater", "GreaterEqual", "Less",
-    "LessEqual", "Between", "InValues", "IdenticalTo",
-    "Abs", "Add", "Subtract", "Multiply", "Divide", "FloorDivide", "Modulus", "Negate", "Sign",
-    "Ceil", "Floor", "Round", "Clip", "Sqrt", "Exp", "Ln", "Log", "Log2", "Log10", "Power",
-    "Acos", "Asin", "Atan", "Atan2", "Cos", "Cot", "Sin", "Tan", "Degrees", "Radians", "IsNan",
-    "IsInf", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "Bucket",
-    "Lowercase", "Uppercase", "Capitalize", "Strip", "LStrip", "RStrip", "StringLength",
-    "Substring", "StartsWith", "EndsWith", "StringContains", "StringConcat", "StringSplit",
-    "StringReplace", "Reverse", "StringFind", "StringSQLLike", "StringSQLILike", "ArrayStringJoin",
-    "StrRight", "StringAscii",
-    "ExtractYear", "ExtractMonth", "ExtractDay", "ExtractHour", "ExtractMinute", "ExtractSecond",
-    "ExtractQuarter", "ExtractDayOfYear", "ExtractWeekOfYear", "DayOfWeekIndex", "Date",
-    "Array", "ArrayLength", "ArrayIndex", "ArraySlice", "ArrayContains", "ArrayConcat",
-    "ArraySort", "ArrayDistinct", "ArrayMap", "ArrayFilter", "ArrayMin", "ArrayMax",
-    "ArrayRemove", "ArrayFlatten", "StructColumn", "StructField",
-})
+#: The operations an expression on the wire may use (Ibis operation class names): exactly the
+#: engines' row-wise allow-list, one list for both; the server checks the rebuilt graph against
+#: that allow-list again before anything runs.
+WIRE_OPS: frozenset[str] = frozenset(op.__name__ for op in ALLOWED)
 
 _SPECIAL = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 _SCALARS = (str, int, float, bool, type(None))
