@@ -26,7 +26,7 @@ LAYERS = {
     "dprivacy.design": 3, "dprivacy.workload": 3, "dprivacy.metrics": 3, "dprivacy.group": 3,
     "dprivacy.data": 3, "dprivacy.plotting": 3, "dprivacy.local.cost": 3,
     "dprivacy.universe": 2, "dprivacy.noise": 2, "dprivacy.fingerprints": 2, "dprivacy._atomic": 2,
-    "dprivacy.config_json": 2,
+    "dprivacy.config_json": 2, "dprivacy._serving": 2,
     "dprivacy.errors": 1, "dprivacy._version": 1,
     "solvers": 0,
 }

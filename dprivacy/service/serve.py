@@ -5,61 +5,32 @@ background thread (tests, benchmarks, notebooks)."""
 from __future__ import annotations
 
 import argparse
-import socket
-import threading
-import time
 from typing import Any
 
+from dprivacy._serving import BackgroundServer, listening_socket
 from dprivacy.service.config import ServiceConfig, load_config
 
 __all__ = ["register", "ServiceThread", "listening_socket"]
 
 
-def listening_socket(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to ``host:port`` with TCP_NODELAY, which accepted connections inherit:
-    without it, a response's header and body segments on a kept-alive connection wait for the
-    client's delayed ACK (about 40 ms on Linux)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind((host, port))
-    return sock
-
-
-class ServiceThread:
+class ServiceThread(BackgroundServer):
     """uvicorn serving the service for ``cfg`` on ``host:port`` (0: a free port) in a daemon
     thread; ``url``, ``stop()``."""
 
     def __init__(self, cfg: ServiceConfig, host: str = "127.0.0.1", port: int = 0) -> None:
-        import uvicorn
-
         from dprivacy.service.app import create_app
 
         self.app = create_app(cfg)
-        self.sock = listening_socket(host, port)
-        self.url = f"http://{host}:{self.sock.getsockname()[1]}"
-        config = uvicorn.Config(self.app, log_level="warning", access_log=False)
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
-                                       daemon=True)
-        self.thread.start()
-        t0 = time.monotonic()
-        while not self.server.started:
-            if time.monotonic() - t0 > 60 or not self.thread.is_alive():
-                raise RuntimeError("the service did not start")
-            time.sleep(0.02)
+        super().__init__(self.app, host, port, what="the service", start_timeout=60.0)
 
     @property
     def runner(self) -> Any:
         """The service's :class:`~dprivacy.service.runner.Runner` (the owner's handle)."""
         return self.app.state.runner
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 30.0) -> None:
         """Stop serving and release the owner's threads."""
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
-        self.sock.close()
+        super().stop(timeout)
         self.runner.close()
 
 

@@ -12,13 +12,12 @@ simulations).
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from dprivacy._serving import BackgroundServer
 from dprivacy.local.device.agent import UserAgent
 from dprivacy.local.query import Query
 
@@ -96,31 +95,11 @@ def run_agent(client: Any, agent: UserAgent, *, interval: float = 1.0, polls: in
     return after
 
 
-class ServerThread:
+class ServerThread(BackgroundServer):
     """uvicorn serving ``app`` on ``host`` (a free port) in a daemon thread; ``url``; ``stop()``."""
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
-        import uvicorn
-
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((host, port))
-        self.url = f"http://{host}:{self.sock.getsockname()[1]}"
-        config = uvicorn.Config(app, log_level="warning", access_log=False)
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
-                                       daemon=True)
-        self.thread.start()
-        t0 = time.monotonic()
-        while not self.server.started:
-            if time.monotonic() - t0 > 20 or not self.thread.is_alive():
-                raise RuntimeError("the aggregator did not start")
-            time.sleep(0.02)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-        self.sock.close()
+        super().__init__(app, host, port, what="the aggregator", start_timeout=20.0)
 
 
 def run_server(app: Any, host: str = "127.0.0.1", port: int = 0) -> ServerThread:
