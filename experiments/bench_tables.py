@@ -33,7 +33,6 @@ Writes ``experiments/results/bench_tables.csv`` and ``.png`` (``bench_tables_qui
 from __future__ import annotations
 
 import argparse
-import gc
 import multiprocessing as mp
 import os
 import resource
@@ -66,24 +65,10 @@ def make_frame(n: int, seed: int = 0) -> pd.DataFrame:
 
 def best_of(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
     """Minimum wall time of each function over interleaved runs, after one warm-up each."""
-    for f in fns.values():
-        f()
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(repeats):
-        for k, f in fns.items():
-            gc.collect()
-            t0 = time.perf_counter()
-            f()
-            times[k].append(time.perf_counter() - t0)
-    return {k: min(v) for k, v in times.items()}
+    return {k: min(v) for k, v in speed.run_times(fns, repeats).items()}
 
 
-def row(bench: str, rows: int, system: str, t: float, ref: str, t_ref: float, target: float,
-        **extra: Any) -> dict[str, Any]:
-    ratio = t / t_ref
-    return {"benchmark": bench, "rows": rows, "system": system, "time_s": t, "reference": ref,
-            "ref_time_s": t_ref, "ratio": ratio, "target": target, "met": bool(ratio <= target),
-            **extra}
+row = speed.row
 
 
 # ----------------------------------------------------------------------- 1. where-where-count

@@ -31,8 +31,8 @@ import pandas as pd
 GROUPS = 1000
 
 
-def interleaved(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
-    """Median wall time of each function over interleaved runs, after one warm-up each."""
+def run_times(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, list[float]]:
+    """Wall times of each function over interleaved runs (a, b, a, b, ...), after one warm-up each."""
     for f in fns.values():
         f()
     times: dict[str, list[float]] = {k: [] for k in fns}
@@ -42,10 +42,15 @@ def interleaved(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, fl
             t0 = time.perf_counter()
             f()
             times[k].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
+    return times
 
 
-def _row(bench: str, rows: int, system: str, t: float, ref: str, t_ref: float, target: float,
+def interleaved(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
+    """Median wall time of each function over interleaved runs, after one warm-up each."""
+    return {k: statistics.median(v) for k, v in run_times(fns, repeats).items()}
+
+
+def row(bench: str, rows: int, system: str, t: float, ref: str, t_ref: float, target: float,
          **extra: Any) -> dict[str, Any]:
     ratio = t / t_ref
     met = None if np.isnan(target) else bool(ratio <= target)  # NaN: measured, no target
@@ -89,7 +94,7 @@ def proper_13(df: pd.DataFrame, tmp: Path, ref_runs: int = 3) -> list[dict]:
             exact()
             refs.append(time.perf_counter() - t1)
         state = "all selected pay" if q <= 10 else "selected people exhausted"
-        out.append(_row("ProPer durable noisy_count, 13 queries", n, f"query {q} ({state})",
+        out.append(row("ProPer durable noisy_count, 13 queries", n, f"query {q} ({state})",
                         t, "DuckDB exact count (same filter)", statistics.median(refs), 5.0,
                         register_s=t_register, store_bytes_per_person=os.path.getsize(store) / n))
     for q in range(14, 101):  # the store after 100 queries (other halves of the people pay)
@@ -139,7 +144,7 @@ def histogram_1000(path: Path, n: int, repeats: int) -> list[dict]:
                            ).fetchall()
 
     t = interleaved({"lib": library, "exact": exact}, repeats)
-    return [_row(f"d_X histogram release, {GROUPS} groups (Parquet)", n, "duckdb backend",
+    return [row(f"d_X histogram release, {GROUPS} groups (Parquet)", n, "duckdb backend",
                  t["lib"], "DuckDB exact GROUP BY", t["exact"], 1.5, first_release_s=first)]
 
 
@@ -163,9 +168,9 @@ def pandas_default(df: pd.DataFrame, repeats: int) -> list[dict]:
     t = interleaved({"expr": expressions, "ref": mask_sum}, repeats)
     tc = interleaved({"call": callables, "ref": mask_sum}, max(1, repeats // 3))
     n = len(df)
-    return [_row("pandas where + noisy_count, default backend", n,
+    return [row("pandas where + noisy_count, default backend", n,
                  "Ibis expressions (run in DuckDB)", t["expr"], "pandas mask.sum()", t["ref"],
                  10.0),
-            _row("pandas where + noisy_count, default backend", n,
+            row("pandas where + noisy_count, default backend", n,
                  "per-record Python callables", tc["call"], "pandas mask.sum()", tc["ref"],
                  float("nan"))]
