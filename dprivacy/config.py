@@ -297,16 +297,25 @@ class MechanismConfig:
         if len(text) > MAX_BYTES:
             raise ConfigError(f"mechanism config {str(path)!r} is larger than the 1 GiB dprivacy "
                               "reads")
+        return cls.loads(text, universe, metric, workload, where=repr(str(path)))
+
+    @classmethod
+    def loads(cls, text: str, universe: Universe, metric: Metric, workload: Workload, *,
+              where: str = "the config") -> MechanismConfig:
+        """:meth:`load` from the JSON text itself (the same strict parsing and verification:
+        NaN, Infinity, overflowing floats and integers beyond 2^53 are refused)."""
+        if not isinstance(workload, Workload):
+            workload = Workload(workload)
         try:
             doc = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float,
                              parse_int=_bounded_int)
         except ConfigError as exc:
-            raise ConfigError(f"{str(path)!r}: {exc}") from None
+            raise ConfigError(f"{where}: {exc}") from None
         except json.JSONDecodeError as exc:
-            raise ConfigError(f"{str(path)!r} is not valid JSON (truncated or corrupted?): "
+            raise ConfigError(f"{where} is not valid JSON (truncated or corrupted?): "
                               f"{exc}") from exc
         except RecursionError as exc:
-            raise ConfigError(f"{str(path)!r} is nested too deeply to be a mechanism config "
+            raise ConfigError(f"{where} is nested too deeply to be a mechanism config "
                               "(corrupted or hostile file)") from exc
         cfg = cls.from_dict(doc)
         return cfg.bind(workload, universe, metric)

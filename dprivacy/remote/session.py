@@ -14,7 +14,11 @@ from typing import Any
 
 from dprivacy.errors import (
     BudgetExceededError,
+    ConfigError,
+    ConfigMismatchError,
     DPrivacyError,
+    PrivacyViolationError,
+    ShapeError,
     UnsupportedOperationError,
     ValidationError,
 )
@@ -34,6 +38,10 @@ class AccessDeniedError(ServiceError):
     """The key may not use this source (HTTP 403)."""
 
 
+_KNOWN: dict[str, type[DPrivacyError]] = {
+    c.__name__: c for c in (ConfigError, ConfigMismatchError, PrivacyViolationError, ShapeError)}
+
+
 def _error(status: int, body: Any) -> DPrivacyError:
     name = body.get("error", "") if isinstance(body, dict) else ""
     msg = body.get("message", "") if isinstance(body, dict) else str(body)[:200]
@@ -50,6 +58,8 @@ def _error(status: int, body: Any) -> DPrivacyError:
         return BudgetExceededError(msg)
     if name == "UnsupportedOperationError":
         return UnsupportedOperationError(msg)
+    if name in _KNOWN:
+        return _KNOWN[name](msg)
     if status == 400 or name.endswith("ValidationError") or status == 413:
         return ValidationError(msg)
     return ServiceError(f"{name or 'error'}: {msg}" if name else msg)

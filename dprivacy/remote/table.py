@@ -13,7 +13,9 @@ import math
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from dprivacy.errors import UnsupportedOperationError, ValidationError
+import numpy as np
+
+from dprivacy.errors import ValidationError
 from dprivacy.service.exprcodec import encode
 from dprivacy.service.plan import PLAN_VERSION
 
@@ -296,9 +298,47 @@ class RemoteTable:
         return self._session.request("POST", "/v1/budget",
                                      {"v": PLAN_VERSION, "table": self._plan})["remaining"]
 
-    def release(self, *a: Any, **k: Any) -> Any:
-        """Not available remotely yet (d_X releases need the design on the service)."""
-        raise UnsupportedOperationError("release() is not available on a remote table yet")
+    def release_inputs(self) -> tuple[Any, Any]:
+        """The data owner's (universe, metric) for :meth:`release` on this table's source, as
+        :class:`~dprivacy.Universe` and metric objects to design with."""
+        from dprivacy.service.releases import rebuild
+
+        src = self._plan["source"]
+        return rebuild(self._session.request("GET", f"/v1/sources/{src}/release"))
+
+    def release(self, workload: Any, design: Any, universe: Any = None, *,
+                metric: Any = None) -> np.ndarray:
+        """d_X Laplace release (w⊙F)x + Lap(1/β) of the table's histogram x over the owner's
+        universe, as :meth:`dprivacy.tables.Queryable.release` (PINQ: charges s·max_i c_i;
+        ProPer: each record's c_i, records that cannot pay silently left out).
+
+        ``design``: a :class:`~dprivacy.Design` (made for the universe and metric of
+        :meth:`release_inputs`) or a :class:`~dprivacy.MechanismConfig` of kind ``"laplace"``.
+        ``universe`` and ``metric``, if given, must be the owner's (the service verifies the
+        design against its own, whatever is given here). The service receives only F and the
+        config's JSON text, re-verifies them and charges before it counts anything."""
+        from dprivacy.config import MechanismConfig
+        from dprivacy.errors import ConfigMismatchError
+        from dprivacy.workload import Workload
+
+        W = workload if isinstance(workload, Workload) else Workload(workload)  # noqa: N806
+        U, M = self.release_inputs()  # noqa: N806
+        for mine, what in ((universe, "universe"), (metric, "metric")):
+            if mine is None:
+                continue
+            fp = mine.fingerprint() if what == "universe" else mine.fingerprint(U)
+            want = U.fingerprint() if what == "universe" else M.fingerprint(U)
+            if fp != want:
+                raise ConfigMismatchError(f"the {what} given is not the data owner's: design "
+                                          "for the inputs of release_inputs()")
+        if isinstance(design, MechanismConfig):
+            text = design.to_json()
+        else:
+            text = MechanismConfig.from_design(W, U, M, design).to_json()
+        F = W.F.toarray() if hasattr(W.F, "toarray") else np.asarray(W.F)  # noqa: N806
+        value = self._ask({"op": "release", "config": text,
+                           "F": np.asarray(F, dtype=float).tolist()})
+        return np.array([np.nan if v is None else v for v in value], dtype=float)
 
     def __repr__(self) -> str:
         return f"RemoteTable({self._plan['source']!r}, kind={self.kind!r}, " \

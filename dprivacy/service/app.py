@@ -7,6 +7,8 @@ Every endpoint but ``/v1/health`` needs ``Authorization: Bearer <key>`` (401 wit
 * ``GET /v1/health``: liveness (no key needed);
 * ``GET /v1/sources``: the sources this analyst may query, with their kind;
 * ``GET /v1/sources/{name}``: a source's public schema and kind;
+* ``GET /v1/sources/{name}/release``: the owner's universe and metric for d_X releases on the
+  source (public; :mod:`dprivacy.service.releases`);
 * ``POST /v1/schema`` ``{"v": 1, "table": ...}``: the public schema of a derived table;
 * ``POST /v1/budget`` ``{"v": 1, "table": ...}``: the analyst's remaining PINQ budget;
 * ``POST /v1/query`` ``{"v": 1, "table": ..., "query": ...}``: ``{"value": ...}``, released at
@@ -62,6 +64,8 @@ def _status(exc: DPrivacyError) -> int:
 
 
 def _json_value(v: Any) -> Any:
+    if isinstance(v, list):  # a release: one answer per query
+        return [_json_value(x) for x in v]
     if hasattr(v, "item"):  # numpy scalars
         v = v.item()
     if isinstance(v, float) and not math.isfinite(v):
@@ -141,43 +145,60 @@ def create_app(cfg: ServiceConfig, runner: Runner | None = None) -> Any:
         plan = Plan({"source": name, "steps": []}, None, frozenset({name}))
         return {"name": name, "kind": src.kind, "schema": await run.schema(plan)}
 
+    @app.get("/v1/sources/{name}/release")
+    async def release_inputs(name: str, request: Request) -> dict[str, Any]:
+        a = who(request)
+        src = cfg.source(name)
+        if src is None:
+            raise _Refusal(404, "LookupError", f"no source {name[:64]!r}")
+        allowed(a, {name})
+        inputs = run.shadows.releases.get(name)
+        if inputs is None:
+            raise _Refusal(422, "UnsupportedOperationError", f"source {name!r} has no release "
+                           "universe and metric (the data owner configures [source.release])")
+        return dict(inputs.public)
+
     async def held(arrived: float) -> None:
         """Refusals come at the default deadline: their time says nothing, not even about the
         service's own state."""
         await asyncio.sleep(max(0.0, arrived + cfg.query_seconds - time.monotonic()))
 
-    @app.post("/v1/schema")
-    async def schema(request: Request) -> dict[str, Any]:
+    async def table_request(request: Request, answer: Any) -> dict[str, Any]:
+        """A ``{"v", "table"}`` request: authenticate, parse, check the sources, then
+        ``await answer(analyst, plan)``; a refusal at any step is held to the default
+        deadline."""
         arrived = time.monotonic()
         a = who(request)
         try:
             plan = parsed(await body(request), parse_table_request)
             allowed(a, plan.sources)
             try:
-                return {"schema": await run.schema(plan)}
+                return dict(await answer(a, plan))
             except DPrivacyError as exc:
                 raise refusal(exc) from None
-            except Exception as exc:  # computed on the empty shadows: depends on the plan only
-                raise _Refusal(400, "ValidationError", f"the plan cannot be built: "
-                               f"{type(exc).__name__}") from None
         except _Refusal:
             await held(arrived)
             raise
 
+    @app.post("/v1/schema")
+    async def schema(request: Request) -> dict[str, Any]:
+        async def answer(a: AnalystConfig, plan: Plan) -> dict[str, Any]:
+            try:
+                return {"schema": await run.schema(plan)}
+            except DPrivacyError:
+                raise
+            except Exception as exc:  # computed on the empty shadows: depends on the plan only
+                raise _Refusal(400, "ValidationError", f"the plan cannot be built: "
+                               f"{type(exc).__name__}") from None
+
+        return await table_request(request, answer)
+
     @app.post("/v1/budget")
     async def budget(request: Request) -> dict[str, Any]:
-        arrived = time.monotonic()
-        a = who(request)
-        try:
-            plan = parsed(await body(request), parse_table_request)
-            allowed(a, plan.sources)
-            try:
-                return {"remaining": await run.budget(a.name, plan)}
-            except DPrivacyError as exc:
-                raise refusal(exc) from None
-        except _Refusal:
-            await held(arrived)
-            raise
+        async def answer(a: AnalystConfig, plan: Plan) -> dict[str, Any]:
+            return {"remaining": await run.budget(a.name, plan)}
+
+        return await table_request(request, answer)
 
     @app.post("/v1/query")
     async def query(request: Request) -> dict[str, Any]:

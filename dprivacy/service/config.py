@@ -18,6 +18,11 @@ Example (``service.toml``; paths are relative to the file)::
     budget = 1.0               # PINQ: each analyst's budget; ProPer: default personal budget
     # budget_column = "eps"    # ProPer: personal budgets from a column
     # query_seconds = 2.0      # this source's own deadline (the largest in a plan applies)
+    # [source.release]         # d_X releases: the owner's universe and metric (see
+    # universe = "cities.csv"  # dprivacy.service.releases)
+    # key = ["city"]
+    # metric = "Discrete"
+    # params = { eps = 1.0 }
 
     [[analyst]]
     name = "alice"
@@ -39,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from dprivacy.errors import ConfigError
+from dprivacy.service.releases import ReleaseSpec, parse_release
 
 __all__ = ["SourceConfig", "AnalystConfig", "ServiceConfig", "load_config", "parse_config"]
 
@@ -59,6 +65,7 @@ class SourceConfig:
     budget_column: str | None = None
     table: str | None = None
     query_seconds: float | None = None
+    release: ReleaseSpec | None = None
 
     @property
     def format(self) -> str:
@@ -141,7 +148,8 @@ def parse_config(doc: dict[str, Any], base: Path, default_state: Path) -> Servic
         if not isinstance(s, dict):
             raise ConfigError(f"{where}: expected a table")
         _take(s, {"name": str, "path": str, "kind": str, "id": str, "budget": num,
-                  "budget_column": str, "table": str, "query_seconds": num}, where)
+                  "budget_column": str, "table": str, "query_seconds": num,
+                  "release": dict}, where)
         for k in ("name", "path", "kind"):
             if k not in s:
                 raise ConfigError(f"{where}: {k} is required")
@@ -171,7 +179,8 @@ def parse_config(doc: dict[str, Any], base: Path, default_state: Path) -> Servic
             name=s["name"], path=(base / s["path"]).resolve(), kind=s["kind"],
             budget=None if budget is None else float(budget), id=s.get("id"),
             budget_column=s.get("budget_column"), table=s.get("table"),
-            query_seconds=None if qs is None else _positive(qs, f"{where}: query_seconds"))
+            query_seconds=None if qs is None else _positive(qs, f"{where}: query_seconds"),
+            release=parse_release(s["release"], base, where) if "release" in s else None)
         if src.format == "duckdb" and src.table is None:
             raise ConfigError(f"{where}: a DuckDB database needs table (the table's name)")
         sources.append(src)

@@ -20,6 +20,7 @@ import pandas as pd
 
 from dprivacy.errors import UnsupportedOperationError, ValidationError
 from dprivacy.service.exprcodec import decode
+from dprivacy.service.releases import ReleaseInputs, run_release
 
 __all__ = ["Builder", "run_query", "schema_of"]
 
@@ -141,8 +142,11 @@ def _options(method: Any, q: dict[str, Any]) -> dict[str, Any]:
     return opts
 
 
-def run_query(t: Any, q: dict[str, Any]) -> Any:
-    """Run the noisy aggregation ``q`` on the table object ``t``; returns a JSON-able answer."""
+def run_query(t: Any, q: dict[str, Any], release: ReleaseInputs | None = None) -> Any:
+    """Run the noisy aggregation ``q`` on the table object ``t``; returns a JSON-able answer.
+    ``release``: the owner's universe and metric of the plan's source (for ``release``)."""
+    if q["op"] == "release":
+        return run_release(t, q, release)
     op, eps = q["op"], q["eps"]
     if op == "noisy_count":
         return t.noisy_count(eps)

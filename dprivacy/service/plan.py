@@ -21,7 +21,8 @@ right_on)``, ``exclude(public, on)``, ``as_pinq(eps)``; ``other`` is another tab
 "rows": [[...], ...]}``, a small public table given inline. Queries: ``noisy_count(eps)``,
 ``noisy_sum|noisy_average(eps, f, lo, hi)``, ``noisy_order_statistic(eps, frac, f, lo, hi)``,
 ``noisy_median(eps, f, lo, hi, options)`` and ``exponential_mechanism(eps, candidates,
-scores)`` (one score expression per candidate).
+scores)`` (one score expression per candidate) and ``release(config, F)`` (a d_X release on the
+owner's universe and metric: :mod:`dprivacy.service.releases`).
 
 Before the JSON is even parsed, the body's size and its nesting depth are capped; then every
 key, type, name and expression is checked here (:func:`parse_plan`), and the tables' own checks
@@ -35,9 +36,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from dprivacy.errors import ValidationError
+from dprivacy.errors import UnsupportedOperationError, ValidationError
 from dprivacy.service.config import ServiceConfig
 from dprivacy.service.exprcodec import check_cost
+from dprivacy.service.releases import check_release_query
 
 __all__ = ["Plan", "parse_plan", "parse_table_request", "json_depth", "PLAN_VERSION",
            "QUERY_OPS", "STEP_OPS"]
@@ -64,6 +66,7 @@ QUERY_OPS: dict[str, set[str]] = {
     "noisy_order_statistic": {"eps", "frac", "f", "lo", "hi", "options"},
     "noisy_median": {"eps", "f", "lo", "hi", "options"},
     "exponential_mechanism": {"eps", "candidates", "scores"},
+    "release": {"config", "F"},
 }
 _OPTIONAL = {"columns", "right_on", "f", "lo", "hi", "options", "on"}
 
@@ -76,6 +79,11 @@ class Plan:
     table: dict[str, Any]
     query: dict[str, Any] | None
     sources: frozenset[str]
+
+    @property
+    def source(self) -> str:
+        """The protected source the queried table starts from."""
+        return str(self.table["source"])
 
 
 def json_depth(raw: bytes) -> int:
@@ -246,6 +254,9 @@ class _Checker:
 
     def query(self, q: Any) -> None:
         op = self.keys(q, QUERY_OPS, "query")
+        if op == "release":
+            check_release_query(q, self.cfg.max_body_bytes)
+            return
         self.number(q["eps"], "query.eps")
         for k in ("lo", "hi", "frac"):
             if q.get(k) is not None:
@@ -285,6 +296,14 @@ def parse_plan(raw: bytes, cfg: ServiceConfig) -> Plan:
     if "source" not in doc["table"]:
         raise ValidationError("the queried table must start from a protected source")
     c.query(doc["query"])
+    if doc["query"]["op"] == "release":
+        src = cfg.source(doc["table"]["source"])
+        if src is None or src.release is None:
+            raise UnsupportedOperationError(
+                f"source {doc['table']['source']!r} has no release universe and metric (the "
+                "data owner configures them in [source.release])")
+        if len(doc["query"]["F"]) > src.release.max_queries:
+            raise ValidationError(f"query.F has more than {src.release.max_queries} queries")
     return Plan(doc["table"], doc["query"], frozenset(c.sources))
 
 

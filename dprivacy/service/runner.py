@@ -99,7 +99,7 @@ class Runner:
             cache = self._cache.setdefault(analyst, OrderedDict())
             t = Builder(lambda s: self.owner.table(s, analyst), cache).table(plan.table)
             assert plan.query is not None
-            return Outcome(value=run_query(t, plan.query))
+            return Outcome(value=run_query(t, plan.query, self.owner.releases.get(plan.source)))
         except DPrivacyError as exc:
             return Outcome(error=exc)
         except BaseException as exc:  # noqa: BLE001 - answered by the default, logged for the owner
@@ -114,15 +114,17 @@ class Runner:
 
     def _charge_only(self, analyst: str, plan: Plan) -> None:
         """A query that overran before it started: its default was released, and its charge is
-        made now on an empty selection. PINQ charges s·ε exactly as the query would have; ProPer
-        charges nobody (no record was read, so nobody's data was used)."""
+        made now: the same query on an empty selection. PINQ charges s·ε (a release: s·max_i c_i)
+        exactly as the query would have; ProPer charges nobody (no record was read, so nobody's
+        data was used)."""
         import ibis
 
         try:
             cache = self._cache.setdefault(analyst, OrderedDict())
             t = Builder(lambda s: self.owner.table(s, analyst), cache).table(plan.table)
             assert plan.query is not None
-            t.where(ibis.literal(False)).noisy_count(plan.query["eps"])
+            run_query(t.where(ibis.literal(False)), plan.query,
+                      self.owner.releases.get(plan.source))
         except Exception as exc:  # noqa: BLE001 - e.g. the budget cannot pay: nothing to charge
             log.warning("overrun query: charge not made (%s)", type(exc).__name__)
 
@@ -130,7 +132,8 @@ class Runner:
         try:
             t = Builder(self.shadows.table).table(plan.table)
             assert plan.query is not None
-            return Outcome(value=run_query(t, plan.query), default=True)
+            return Outcome(value=run_query(t, plan.query, self.shadows.releases.get(plan.source)),
+                           default=True)
         except DPrivacyError as exc:
             return Outcome(error=exc, default=True)
         except Exception as exc:  # noqa: BLE001 - the default must exist: None

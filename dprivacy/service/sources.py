@@ -24,6 +24,7 @@ from typing import Any
 
 from dprivacy.errors import ConfigError, DPrivacyError, UnsupportedOperationError
 from dprivacy.service.config import ServiceConfig, SourceConfig
+from dprivacy.service.releases import ReleaseInputs, open_release
 
 __all__ = ["Owner", "Shadows", "open_source"]
 
@@ -66,6 +67,7 @@ class Owner:
         self.pinq: dict[tuple[str, str], Any] = {}
         self.proper: dict[str, Any] = {}
         self.budgets: dict[str, Any] = {}  # ProPer budget tables: the owner's handles
+        self.releases = releases_of(cfg)
         for s in cfg.sources:
             try:
                 self._open(s)
@@ -102,6 +104,18 @@ class Owner:
         self.con.con.interrupt()
 
 
+def releases_of(cfg: ServiceConfig) -> dict[str, ReleaseInputs]:
+    """The owner's release universe and metric of every source that has them."""
+    out = {}
+    for s in cfg.sources:
+        if s.release is not None:
+            try:
+                out[s.name] = open_release(s.release)
+            except DPrivacyError as exc:
+                raise ConfigError(f"source {s.name!r}: {exc}") from None
+    return out
+
+
 def pinq_record(source: str, analyst: str) -> str:
     """The ledger name (without its ``pinq:`` prefix) of an analyst's budget on a PINQ source."""
     return f"{source}/{analyst}"
@@ -122,6 +136,7 @@ class Shadows:
         self.proper = {s.name: ProPerTable(self.empty[s.name], _SHADOW_BUDGET, id_column=s.id,
                                            backend="duckdb")
                        for s in cfg.sources if s.kind == "proper"}
+        self.releases = releases_of(cfg)
 
     def table(self, source: str) -> Any:
         """A fresh empty table object for ``source`` (PINQ) or the shared empty ProPer one."""
