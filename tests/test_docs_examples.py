@@ -159,7 +159,7 @@ def check_page_output(page: str, out: str) -> None:
             assert line in out, (line, out)
     if page == "docs/service.md":  # budgets and refusals the page states
         for line in ("remaining 1.0\n", "remaining 0.75\n", "refused: BudgetExceededError\n",
-                     "refused: UnsupportedOperationError\n", "True\n"):
+                     "refused: UnsupportedOperationError\n", "True\n", "(3,)\n"):
             assert line in out, (line, out)
     if page == "docs/tutorials/tables.md":
         remaining = [line.split()[1] for line in out.splitlines() if line.startswith("remaining")]

@@ -244,8 +244,10 @@ class RemoteTable:
         return self._step({"op": "exclude", "public": _public(public), "on": on})
 
     def as_pinq(self, eps: float) -> RemoteTable:
-        """ProPer -> PINQ at ε. The service is stateless between requests, so every query on
-        the result charges the involved people ε again (conservative)."""
+        """ProPer -> PINQ at ε (POPL'15 §6.2), as in process: the first query on the result
+        charges each involved person ε and makes a PINQ table of global budget ε (its
+        :meth:`remaining_budget`), which every later query on the same plan spends, while the
+        service runs (a restarted service charges the people ε again: conservative)."""
         return self._step({"op": "as_pinq", "eps": eps})
 
     # ------------------------------------------------------------------ aggregations
@@ -293,8 +295,9 @@ class RemoteTable:
 
     # ------------------------------------------------------------------ budget
     def remaining_budget(self) -> float | list[float]:
-        """The remaining PINQ budget of this analyst on the table's source(s). ProPer budgets
-        are personal and never revealed (the service refuses)."""
+        """The remaining PINQ budget of this analyst on the table's source(s), or of an
+        ``as_pinq`` table. ProPer budgets are personal and never revealed (the service
+        refuses)."""
         return self._session.request("POST", "/v1/budget",
                                      {"v": PLAN_VERSION, "table": self._plan})["remaining"]
 

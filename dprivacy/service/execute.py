@@ -25,6 +25,8 @@ from dprivacy.service.releases import ReleaseInputs, run_release
 __all__ = ["Builder", "run_query", "schema_of"]
 
 _CACHE = 256
+#: ``as_pinq`` tables an analyst may hold at once (kept while the service runs; see Builder).
+MAX_AS_PINQ = 64
 
 
 def _fx(x: Any) -> Any:
@@ -45,12 +47,19 @@ class Builder:
         base: source name -> the analyst's base table object for it.
         cache: derived tables by plan prefix (kept so that a re-used partition shares its
             max-agent, as the same calls in one Python session would); None: no cache.
+        pinned: the analyst's ``as_pinq`` tables by plan prefix, never evicted: the people are
+            charged ε once, when the first query reads the table, and every later query on the
+            same prefix spends the table's own PINQ budget ε, as one in-process ``as_pinq``
+            call would (at most :data:`MAX_AS_PINQ`; a new one beyond is refused before any
+            charge). None: no state (the shadows).
     """
 
     def __init__(self, base: Callable[[str], Any],
-                 cache: OrderedDict[str, Any] | None = None) -> None:
+                 cache: OrderedDict[str, Any] | None = None,
+                 pinned: dict[str, Any] | None = None) -> None:
         self.base = base
         self.cache = cache
+        self.pinned = pinned
 
     def table(self, t: dict[str, Any]) -> Any:
         """The table (or a public DataFrame for ``{"public": ...}``)."""
@@ -69,12 +78,28 @@ class Builder:
             if s["op"] == "partition":
                 cur = self._part(cur, t, i)
                 continue
+            if s["op"] == "as_pinq" and self.pinned is not None:
+                cur = self._as_pinq(cur, t, i)
+                continue
             cur = self.step(cur, s)
             if key is not None and self.cache is not None:
                 self.cache[key] = cur
                 while len(self.cache) > _CACHE:
                     self.cache.popitem(last=False)
         return cur
+
+    def _as_pinq(self, cur: Any, t: dict[str, Any], i: int) -> Any:
+        assert self.pinned is not None
+        key = json.dumps([t["source"], t["steps"][: i + 1]], sort_keys=True)
+        hit = self.pinned.get(key)
+        if hit is not None:
+            return hit
+        if len(self.pinned) >= MAX_AS_PINQ:
+            raise ValidationError(f"at most {MAX_AS_PINQ} as_pinq tables per analyst: query the "
+                                  "ones you have")
+        out = self.step(cur, t["steps"][i])
+        self.pinned[key] = out
+        return out
 
     def _part(self, cur: Any, t: dict[str, Any], i: int) -> Any:
         """One part of a partition; the parts' dict is cached under the plan prefix without

@@ -67,15 +67,12 @@ class ReleaseSpec:
 
 
 def parse_release(d: Any, base: Path, where: str) -> ReleaseSpec:
-    """A :class:`ReleaseSpec` from the TOML table ``d`` (paths relative to ``base``)::
+    """A :class:`ReleaseSpec` from the TOML table ``d`` (paths relative to ``base``).
 
-        [source.release]
-        universe = "cities.csv"      # the elements, one per row (CSV or Parquet)
-        key = ["city"]               # the columns matching the records' columns
-        # coords = ["x", "y"]        # coordinate columns (Euclidean, Geodesic, Blowfish)
-        metric = "Discrete"          # one of METRICS
-        params = { eps = 1.0 }       # the metric's parameters
-        # max_queries = 1000         # rows of F in one release
+    Keys: ``universe`` (the elements, one per row: CSV or Parquet), ``key`` (the columns that
+    match the records' columns), ``coords`` (optional coordinate columns: Euclidean, Geodesic,
+    Blowfish), ``metric`` (one of :data:`METRICS`), ``params`` (the metric's parameters) and
+    ``max_queries`` (rows of F in one release, default 1000).
     """
     where = f"{where} release"
     if not isinstance(d, dict):

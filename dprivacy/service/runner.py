@@ -26,6 +26,7 @@ reason), including the wait behind other analysts' queries.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
@@ -34,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from dprivacy.errors import DPrivacyError
+from dprivacy.errors import DPrivacyError, UnsupportedOperationError
 from dprivacy.service.config import ServiceConfig
 from dprivacy.service.execute import Builder, run_query, schema_of
 from dprivacy.service.plan import Plan
@@ -75,6 +76,7 @@ class Runner:
         self.shadows: Shadows = self._shadow.submit(Shadows, cfg, schemas).result()
         self._ledger: Any = self._reader.submit(self._open_reader).result()
         self._cache: dict[str, OrderedDict[str, Any]] = {}
+        self._pinned: dict[str, dict[str, Any]] = {}  # analyst -> as_pinq tables (Builder)
         self.overruns = 0
 
     def _open_reader(self) -> Any:
@@ -96,8 +98,7 @@ class Runner:
             self._charge_only(analyst, plan)
             return Outcome(default=True)
         try:
-            cache = self._cache.setdefault(analyst, OrderedDict())
-            t = Builder(lambda s: self.owner.table(s, analyst), cache).table(plan.table)
+            t = self._builder(analyst).table(plan.table)
             assert plan.query is not None
             return Outcome(value=run_query(t, plan.query, self.owner.releases.get(plan.source)))
         except DPrivacyError as exc:
@@ -112,6 +113,11 @@ class Runner:
             with job.lock:
                 job.state = "done"
 
+    def _builder(self, analyst: str) -> Builder:
+        return Builder(lambda s: self.owner.table(s, analyst),
+                       self._cache.setdefault(analyst, OrderedDict()),
+                       self._pinned.setdefault(analyst, {}))
+
     def _charge_only(self, analyst: str, plan: Plan) -> None:
         """A query that overran before it started: its default was released, and its charge is
         made now: the same query on an empty selection. PINQ charges s·ε (a release: s·max_i c_i)
@@ -120,8 +126,7 @@ class Runner:
         import ibis
 
         try:
-            cache = self._cache.setdefault(analyst, OrderedDict())
-            t = Builder(lambda s: self.owner.table(s, analyst), cache).table(plan.table)
+            t = self._builder(analyst).table(plan.table)
             assert plan.query is not None
             run_query(t.where(ibis.literal(False)), plan.query,
                       self.owner.releases.get(plan.source))
@@ -144,6 +149,10 @@ class Runner:
         return schema_of(Builder(self.shadows.table).table(plan.table))
 
     def _budget(self, analyst: str, plan: Plan) -> Any:
+        steps = plan.table["steps"]
+        k = max((i for i, s in enumerate(steps) if s["op"] == "as_pinq"), default=None)
+        if k is not None:
+            return self._as_pinq_budget(analyst, plan, k)
         names: list[str] = []
 
         def walk(t: dict[str, Any]) -> None:
@@ -164,6 +173,24 @@ class Runner:
             rid = self._ledger.named_record(f"pinq:{pinq_record(n, analyst)}", None)
             vals.append(float(self._ledger.remaining([rid])[0]))
         return vals[0] if len(vals) == 1 else vals
+
+    def _as_pinq_budget(self, analyst: str, plan: Plan, k: int) -> float:
+        """The remaining budget of an ``as_pinq`` table: its own PINQ budget ε (what the
+        analyst's queries on it spent; never the people's budgets)."""
+        from dprivacy.tables.params import eps_arg
+
+        steps = plan.table["steps"]
+        src = self.cfg.source(plan.source)
+        if src is None or src.kind != "proper":
+            raise UnsupportedOperationError("as_pinq is a ProPer operation; this table is PINQ")
+        if any(isinstance(s.get("other"), dict) and "source" in s["other"] for s in steps[k:]):
+            raise UnsupportedOperationError("the remaining budget of a table that mixes an "
+                                            "as_pinq table with another source is not available")
+        key = json.dumps([plan.source, steps[: k + 1]], sort_keys=True)
+        hit = self._pinned.get(analyst, {}).get(key)
+        if hit is None:  # not queried yet: nobody was charged, the whole ε is left
+            return eps_arg(steps[k]["eps"])
+        return float(hit.remaining_budget())
 
     # ------------------------------------------------------------------ async entry points
     async def query(self, analyst: str, plan: Plan, deadline: float) -> Outcome:

@@ -1,0 +1,322 @@
+"""d_X releases through the service: the same answers' distribution as in process, the right
+charges, neighbouring datasets alike, hostile release requests refused with nothing charged."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import numpy as np
+import pandas as pd
+import pytest
+from ibis import _
+from scipy import stats
+
+import dprivacy as dp
+from dprivacy.errors import (
+    BudgetExceededError,
+    ConfigMismatchError,
+    PrivacyViolationError,
+    UnsupportedOperationError,
+    ValidationError,
+)
+from dprivacy.remote import connect
+from dprivacy.tables import ProPerTable, Queryable
+from tests.service.conftest import KEYS
+from tests.service.release_fixtures import (
+    BETA,
+    F,
+    owner_inputs,
+    residents,
+    start_release_service,
+)
+
+TRUE = np.array([30.0, 20.0, 10.0])[np.arange(len(F)) % 3]  # residents(60): a 30, b 20, c 10
+
+
+@pytest.fixture
+def service(tmp_path):
+    running = []
+
+    def _start(name="svc", ppl=None, **kw):
+        srv = start_release_service(tmp_path / name, residents() if ppl is None else ppl, **kw)
+        running.append(srv)
+        return srv
+
+    yield _start
+    for srv in running:
+        srv.stop()
+
+
+def _proper_charges(srv):
+    """(payers, total ε) of every committed ProPer query (the owner's handle)."""
+    owner = srv.runner.owner
+    return srv.runner._main.submit(lambda: owner.budgets["people"].queries()).result()
+
+
+def test_round_trip_matches_in_process_distribution(service):
+    srv = service(query_seconds=1.5)  # far above a release's time: no answer is the default
+    U, M, W, d = owner_inputs()  # noqa: N806
+    s = connect(srv.url, key=KEYS["alice"])
+    v, p = s.table("visits"), s.table("people")
+    U2, M2 = v.release_inputs()  # noqa: N806  the owner's published inputs rebuild exactly
+    assert U2.fingerprint() == U.fingerprint() and M2.fingerprint(U2) == M.fingerprint(U)
+    remote = np.concatenate([v.release(W, d) - TRUE for _i in range(5)]
+                            + [p.release(W, d, U, metric=M) - TRUE for _i in range(3)])
+    # PINQ: 5 releases at s * max_i c_i = 1 * 10 * BETA each, recorded durably
+    assert v.remaining_budget() == pytest.approx(100.0 - 5 * 10 * BETA, abs=1e-12)
+    # ProPer: every one of the 60 people paid c_i = 10 * BETA, three times
+    charges = _proper_charges(srv)
+    assert [(n, round(tot, 9)) for _q, _l, n, tot in charges] == [(60, 60 * 10 * BETA)] * 3
+    df = residents()
+    local = np.concatenate([
+        Queryable(df[["city"]], 1e6, noise_seed=i).release(W, d, U, metric=M) - TRUE
+        for i in range(20)] + [
+        ProPerTable(df, "eps", id_column="pid", noise_seed=100 + i).release(W, d, U, metric=M) - TRUE
+        for i in range(10)])
+    # the same Laplace(1/beta) residuals: two-sample KS and the per-element means
+    assert stats.ks_2samp(remote, local).pvalue > 1e-4
+    sd = np.sqrt(2) / BETA / np.sqrt(len(remote) / 3)
+    for k in range(3):
+        assert abs(remote[k::3].mean()) < 4.5 * sd, (k, remote[k::3].mean())
+    # the answers are real counts, not the default (noise on an empty table): a's count is 30
+    raw = remote + np.tile(TRUE, len(remote) // len(TRUE))
+    assert raw[0::3].mean() - raw[2::3].mean() > 20 - 6 * sd
+    assert srv.runner.overruns == 0
+
+
+def test_stability_scales_the_pinq_charge(service):
+    srv = service()
+    _U, _M, W, d = owner_inputs()  # noqa: N806
+    v = connect(srv.url, key=KEYS["alice"]).table("visits")
+    v.take(30).release(W, d)  # take has stability 2
+    v.where(_.city != "z").release(W, d)
+    assert v.remaining_budget() == pytest.approx(100.0 - 3 * 10 * BETA, abs=1e-12)
+
+
+def _other_universe_config():
+    U = dp.Universe.from_dataframe(pd.DataFrame({"city": ["a", "b", "d"]}), ["city"])  # noqa: N806
+    _U, M, W, d = owner_inputs()  # noqa: N806
+    return dp.MechanismConfig.from_design(W, U, M, d).to_json()
+
+
+def _config_doc():
+    U, M, W, d = owner_inputs()  # noqa: N806
+    return dp.MechanismConfig.from_design(W, U, M, d).to_dict()
+
+
+def _edited(**design):
+    doc = _config_doc()
+    doc["design"].update(design)
+    return json.dumps(doc)
+
+
+def _body(config, f=None, source="visits", **extra):
+    q = {"op": "release", "config": config, "F": F.tolist() if f is None else f, **extra}
+    return json.dumps({"v": 1, "table": {"source": source, "steps": []}, "query": q})
+
+
+GOOD = json.dumps(_config_doc())
+HOSTILE = [
+    ("another universe", _body(_other_universe_config()), "ConfigMismatchError"),
+    ("beta raised", _body(_edited(beta=[0.2] * 30)), "PrivacyViolationError"),
+    ("nan in F", _body(GOOD).replace('"F": [[1.0', '"F": [[NaN', 1), "ValidationError"),
+    ("huge F", _body(GOOD, f=[[1e300, 0, 0]] * 30), "ValidationError"),
+    ("overflowing F", _body(GOOD).replace('"F": [[1.0', '"F": [[1e999', 1), "ValidationError"),
+    ("wrong N", _body(GOOD, f=[[1.0, 0, 0, 0]] * 30), "ValidationError"),
+    ("too many queries", _body(GOOD, f=[[1.0, 0, 0]] * 51), "ValidationError"),
+    ("ragged F", _body(GOOD, f=[[1.0, 0, 0], [1.0]]), "ValidationError"),
+    ("bool in F", _body(GOOD, f=[[True, 0, 0]] * 30), "ValidationError"),
+    ("nan in config", _body(GOOD.replace('"beta": [0.05', '"beta": [NaN', 1)), "ConfigError"),
+    ("overflow in config", _body(GOOD.replace('"beta": [0.05', '"beta": [1e999', 1)),
+     "ConfigError"),
+    ("huge int in config", _body(GOOD.replace('"beta": [0.05', '"beta": [' + "9" * 400, 1)),
+     "ConfigError"),
+    ("nested config", _body("[" * 100000 + "]" * 100000), "ConfigError"),
+    ("config not json", _body(GOOD[:-20]), "ConfigError"),
+    ("config not a string", _body(_config_doc()), "ValidationError"),
+    ("huge w, tiny beta", _body(_edited(w=[1e13] * 30, beta=[5e-15] * 30)), "ValidationError"),
+    ("another kind", _body(json.dumps({**_config_doc(), "kind": "exponential"})), None),
+    ("no release inputs", _body(GOOD, source="plain"), "UnsupportedOperationError"),
+    ("extra key", _body(GOOD, eps=1.0), "ValidationError"),
+    ("wrong universe N", _body(GOOD, f=[[1.0, 0]] * 30), "ValidationError"),
+]
+
+
+@pytest.mark.parametrize("source", ["visits", "people"])
+def test_hostile_release_requests_refused_with_nothing_charged(service, source):
+    srv = service()
+    s = connect(srv.url, key=KEYS["alice"])
+    v = s.table("visits")
+    before = (v.remaining_budget(), _proper_charges(srv))
+    headers = {"Authorization": f"Bearer {KEYS['alice']}", "Content-Type": "application/json"}
+    with httpx.Client(base_url=srv.url, headers=headers, timeout=120) as c:
+        for name, body, error in HOSTILE:
+            if source == "people" and '"source": "visits"' in body:
+                body = body.replace('"source": "visits"', '"source": "people"', 1)
+            r = c.post("/v1/query", content=body.encode())
+            assert r.status_code in (400, 413, 422), (name, r.status_code, r.text[:200])
+            out = r.json()
+            assert set(out) == {"error", "message"} and "\n" not in out["message"], name
+            assert len(out["message"]) <= 400, name
+            if error is not None:
+                assert out["error"] == error, (name, out)
+    assert (v.remaining_budget(), _proper_charges(srv)) == before
+    # and a good release still goes through (and is charged)
+    U, M, W, d = owner_inputs()  # noqa: N806
+    s.table(source).release(W, d)
+    assert (v.remaining_budget(), _proper_charges(srv)) != before
+
+
+def test_client_checks_before_sending(service):
+    srv = service()
+    U, M, W, d = owner_inputs()  # noqa: N806
+    v = connect(srv.url, key=KEYS["alice"]).table("visits")
+    other = dp.Universe.from_dataframe(pd.DataFrame({"city": ["a", "b", "d"]}), ["city"])
+    with pytest.raises(ConfigMismatchError):
+        v.release(W, d, other)
+    with pytest.raises(ConfigMismatchError):
+        v.release(W, d, U, metric=dp.metrics.Discrete(2.0))
+    with pytest.raises(PrivacyViolationError):
+        v.release(W, dp.Design(w=np.ones(30), beta=np.full(30, 0.2)))
+    cfg = dp.MechanismConfig.from_design(W, U, M, d)
+    assert v.release(W, cfg).shape == (30,)  # a config is accepted as the design
+    assert v.remaining_budget() == pytest.approx(100.0 - 10 * BETA, abs=1e-12)
+
+
+def program(url):
+    """An analyst's release program; every outcome as (kind, payload, seconds)."""
+    U, M, W, d = owner_inputs()  # noqa: N806
+    s = connect(url, key=KEYS["alice"])
+    p, v = s.table("people"), s.table("visits")
+    steps = [
+        lambda: p.release(W, d),
+        lambda: p.where(_.city == "a").release(W, d),
+        lambda: v.release(W, d),
+        lambda: v.remaining_budget(),
+        lambda: p._ask({"op": "release", "config": _edited(beta=[0.2] * 30),
+                        "F": F.tolist()}),
+        lambda: p._ask({"op": "release", "config": GOOD, "F": [[1.0, 0, 0]] * 51}),
+        lambda: p.remaining_budget(),
+        lambda: v.release(W, d),
+        lambda: v.release(W, d),  # the analyst's PINQ budget (1.0) is spent: refused
+        lambda: v.remaining_budget(),
+        lambda: p.release(W, d),  # the target (eps 5 or 0) and everybody else still pay
+    ]
+    out = []
+    for f in steps:
+        t0 = time.monotonic()
+        try:
+            r = f()
+            kind = ("budget", r) if isinstance(r, float) else ("answer", np.shape(r))
+        except Exception as exc:
+            kind = ("error", type(exc).__name__, str(exc))
+        out.append((kind, time.monotonic() - t0))
+    return out
+
+
+@pytest.mark.parametrize("neighbour", ["added", "exhausted"])
+def test_release_on_neighbouring_datasets(service, neighbour):
+    target = {"pid": 999, "city": "a", "eps": 5.0 if neighbour == "added" else 0.0}
+    worlds = {"base": residents(), "neighbour": residents(extra=[target])}
+    runs = {}
+    for name, df in worlds.items():
+        srv = service(name, df, query_seconds=0.5, pinq_budget=1.0)
+        runs[name] = program(srv.url)
+        srv.stop()
+    a, b = ([k for k, _t in runs[w]] for w in ("base", "neighbour"))
+    assert a == b  # same errors, messages, budgets and answer shapes
+    assert [k[0] for k in a] == ["answer", "answer", "answer", "budget", "error", "error",
+                                 "error", "answer", "error", "budget", "answer"]
+    assert a[3][1] == 0.5 and a[9][1] == 0.0
+    for w in runs:  # every answer and every refusal is released at (or after) the deadline
+        releases = [t for (k, t) in runs[w] if k[0] != "budget"]
+        assert min(releases) >= 0.5 - 0.02, (w, releases)
+
+
+@pytest.mark.parametrize("neighbour", ["added", "exhausted"])
+def test_release_outputs_indistinguishable(service, neighbour):
+    """The neighbour's answers for the target's element: Laplace(1/β) around counts that differ
+    by at most one record (exhausted: by none)."""
+    target = {"pid": 999, "city": "a", "eps": 5.0 if neighbour == "added" else 0.0}
+    _U, _M, W, d = owner_inputs()  # noqa: N806
+    res = {}
+    for name, df in {"base": residents(), "neighbour": residents(extra=[target])}.items():
+        srv = service(name, df, query_seconds=1.5)  # no default answer (checked below)
+        p = connect(srv.url, key=KEYS["alice"]).table("people")
+        res[name] = np.concatenate([p.release(W, d)[0::3] for _i in range(5)])
+        assert srv.runner.overruns == 0
+        srv.stop()
+    assert res["base"].mean() > 30 - 4.5 * np.sqrt(2) / BETA / np.sqrt(len(res["base"]))
+    shift = res["neighbour"].mean() - res["base"].mean()
+    sd = np.sqrt(2) / BETA * np.sqrt(2 / len(res["base"]))
+    assert abs(shift) < 4.5 * sd
+    assert stats.ks_2samp(res["base"], res["neighbour"]).pvalue > 1e-4
+
+
+def test_release_is_refused_on_a_source_without_inputs(service):
+    srv = service()
+    _U, _M, W, d = owner_inputs()  # noqa: N806
+    s = connect(srv.url, key=KEYS["alice"])
+    plain = s.table("plain")
+    with pytest.raises(UnsupportedOperationError, match="no release universe"):
+        plain.release(W, d)
+    assert plain.remaining_budget() == 100.0
+
+
+# ---------------------------------------------------------------------------------- as_pinq
+def test_as_pinq_charges_the_people_once_as_in_process(service, monkeypatch):
+    import dprivacy.service.execute as execute
+
+    monkeypatch.setattr(execute, "_CACHE", 2)  # other plans evict derived tables quickly
+    srv = service(query_seconds=0.4)
+    s = connect(srv.url, key=KEYS["alice"])
+    p = s.table("people")
+    a = p.as_pinq(1.0)
+    assert a.remaining_budget() == 1.0 and _proper_charges(srv) == []  # nothing charged yet
+    a.noisy_count(0.3)
+    a.where(_.city == "a").noisy_count(0.3)
+    for c in ("a", "b", "c"):  # fill (and overflow) the cache of derived tables
+        p.where(_.city == c).noisy_count(0.1)
+    a.take(10).noisy_count(0.1)  # stability 2: 0.2
+    assert a.remaining_budget() == pytest.approx(0.2, abs=1e-12)
+    with pytest.raises(BudgetExceededError):
+        a.noisy_count(0.3)
+    assert a.remaining_budget() == pytest.approx(0.2, abs=1e-12)  # a refusal charges nothing
+    charges = _proper_charges(srv)
+    # the people paid the as_pinq's 1.0 once (60 payers), then the three 0.1 counts of their city
+    assert [(n, round(t, 9)) for _q, _l, n, t in charges] == [(60, 60.0), (30, 3.0),
+                                                               (20, 2.0), (10, 1.0)]
+    # in process, the same program charges the same
+    df = residents()
+    local = ProPerTable(df, "eps", id_column="pid")
+    la = local.as_pinq(1.0)
+    la.noisy_count(0.3)
+    la.where(lambda d: d["city"] == "a").noisy_count(0.3)
+    la.take(10).noisy_count(0.1)
+    assert la.remaining_budget() == pytest.approx(a.remaining_budget(), abs=1e-12)
+    # a second as_pinq (another plan) is a second charge, as a second in-process call is
+    b = p.where(_.city == "a").as_pinq(0.5)
+    b.noisy_count(0.5)
+    assert _proper_charges(srv)[-1][2:] == (30, 15.0)
+    assert b.remaining_budget() == 0.0
+
+
+def test_as_pinq_tables_are_capped_before_any_charge(service, monkeypatch):
+    import dprivacy.service.execute as execute
+
+    monkeypatch.setattr(execute, "MAX_AS_PINQ", 2)
+    srv = service(query_seconds=0.4)
+    p = connect(srv.url, key=KEYS["alice"]).table("people")
+    p.as_pinq(0.2).noisy_count(0.1)
+    p.where(_.city == "a").as_pinq(0.1).noisy_count(0.1)
+    before = _proper_charges(srv)
+    with pytest.raises(ValidationError, match="at most 2 as_pinq"):
+        p.where(_.city == "b").as_pinq(0.1).noisy_count(0.1)
+    assert _proper_charges(srv) == before
+    p.as_pinq(0.2).where(_.city == "c").noisy_count(0.1)  # an existing one still answers
+    assert _proper_charges(srv) == before and p.as_pinq(0.2).remaining_budget() < 1e-12
+    v = connect(srv.url, key=KEYS["alice"]).table("visits")
+    with pytest.raises(UnsupportedOperationError):
+        v.as_pinq(0.1).remaining_budget()
