@@ -14,11 +14,14 @@ could not pay. Per query:
 1. ONE statement in the engine that holds the records: the ids of ``rel``'s records (a
    relation whose ids are structurally unique, e.g. a where/select chain over a source), or
    the per-source costs in one GROUP BY (several records per source, element costs);
-2. in the driver, vectorised: look up the budgets (person ids ``0..n-1`` registered in order
-   index the array directly; other ids go through a hash index), decide who pays, append one
-   record and ``fsync`` it (the commit), debit the payers;
-3. the eligible relation keeps the payers' ids and the ⊥ records; for a unique relation its
-   size is already known, so a count needs no further statement.
+2. in the driver, under the store's lock: each chunk of ids is charged by a kernel that debits
+   every selected person whose budget covers the cost (compiled with numba when installed,
+   else numpy; person ids ``0..n-1`` registered in order index the budgets directly, other
+   ids go through a direct table or a hash index), then one record (the payers' bitmap) is
+   appended and ``fsync``-ed: the commit;
+3. the eligible relation keeps the payers' ids and the ⊥ records; for a unique relation the
+   payers' count is known, so a count needs no further statement, and the payers' ids are
+   materialised only if another aggregate needs them.
 
 The statements and the work are the same whoever can pay: no path depends on exhausted budgets.
 For Spark the ids travel to the driver, where the budgets live (see the Spark notes in the
@@ -48,6 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dprivacy.errors import UnknownRecordError, ValidationError
+from dprivacy.tables.budgets import slot_kernels
 from dprivacy.tables.budgets.ledger import _MAX_UNITS, _PER_EPS, scalar_units
 from dprivacy.tables.budgets.slot_store import LedgerLockTimeout, SlotStore
 
@@ -72,6 +76,8 @@ class BudgetTable:
         self.store = SlotStore(self.path, timeout=timeout)
         self.timeout = float(timeout)
         self.last_query_id: int | None = None
+        if self.store.size >= slot_kernels.JIT_MIN_SLOTS:
+            slot_kernels.warm()  # compile the charge kernel now, not in the first query
 
     # ------------------------------------------------------------------ registration
     def register(self, ids_budgets: pa.Table, *, fresh: bool) -> None:
@@ -96,6 +102,9 @@ class BudgetTable:
             if fresh and not new.all():
                 raise ValidationError("fresh ids are already registered")
             s.add(ids[new], units[new])
+            large = s.size >= slot_kernels.JIT_MIN_SLOTS
+        if large:
+            slot_kernels.warm()  # compile the charge kernel now, not in the first query
 
     def new_ids(self, n: int) -> int:
         """Reserve ``n`` fresh ids; returns the first (they are first .. first + n - 1)."""
@@ -110,32 +119,39 @@ class BudgetTable:
         Never raises because of the data or the budgets (a cost too large to store saturates:
         that source cannot pay)."""
         from dprivacy.tables.budgets import engine_costs as costs
-        from dprivacy.tables.relations.engine.relation import PID
 
         units = scalar_units(float(eps))
-        known: int | None = None
         if element_costs is None and rel.unique:
-            t = rel.table
-            pid = _ints(rel.engine.arrow(t.select(id=t[PID])), "id")
-            ids = pid[pid >= 0] if pid.size and int(pid.min()) < 0 else pid
-            known = int(pid.size - ids.size)  # the ⊥ records
-            c: int | np.ndarray = units
-        else:
-            at = costs.per_source(rel, units, element_costs)
-            ids, c = _ints(at, "id"), _ints(at, "c")
+            return self._pay_unique(rel, units, label)
+        at = costs.per_source(rel, units, element_costs)
+        ids, c = _ints(at, "id"), _ints(at, "c")
         with self.store.locked() as s:
             slots, known_all = s.lookup(ids, nonneg=True)
             if not known_all:  # never for registered sources: unknown ids cannot pay
                 k = slots >= 0
                 slots, ids = slots[k], ids[k]
-                c = c if isinstance(c, int) else c[k]
+                c = c[k]
             ok, after = _can_pay(s.remaining, slots, c)
             paid = slots[ok] if slots is ids else ids[ok]
             self.last_query_id = s.charge(slots, c, label, ok=ok, after=after)
-        n_paid = int(paid.size)
-        out = rel.keep_ids(paid)
-        if known is not None:
-            out.known_count = known + n_paid
+        return rel.keep_ids(paid)
+
+    def _pay_unique(self, rel: IbisRelation, units: int, label: str | None) -> IbisRelation:
+        """The Query rule for a relation with at most one record per source: ONE statement (the
+        records' ids, kept in the engine's chunks), then under the store's lock each chunk is
+        charged by :func:`~dprivacy.tables.budgets.slot_kernels.charge_chunk` (the same work
+        whoever pays) and the payers' bitmap is committed. The payers' count is the answer of
+        a count; their ids are materialised only if a later plan needs them."""
+        from dprivacy.tables.relations.engine.relation import PID
+
+        t = rel.table
+        chunks = [_int_chunk(ch) for ch in rel.engine.column_chunks(t.select(id=t[PID]))]
+        with self.store.locked() as s:
+            bits, payers, bottom = s.charge_stream(chunks, units, label)
+            self.last_query_id = s.next_query - 1
+            ids = s.ids
+        out = rel.keep_ids_later(lambda: ids[np.flatnonzero(np.unpackbits(bits, count=ids.size))])
+        out.known_count = bottom + payers
         return out
 
     # ------------------------------------------------------------------ curator's view
@@ -177,6 +193,13 @@ def _ints(at: pa.Table, name: str) -> np.ndarray:
     if at.num_rows == 0:
         return np.zeros(0, dtype=np.int64)
     return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _int_chunk(chunk: pa.Array) -> np.ndarray:
+    """One Arrow chunk of ids as int64 (zero-copy when it has no NULL; a NULL id is ⊥, -1)."""
+    if chunk.null_count:
+        chunk = pc.fill_null(chunk, -1)
+    return np.asarray(chunk.to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
 def _can_pay(remaining: np.ndarray, slots: np.ndarray, c: int | np.ndarray

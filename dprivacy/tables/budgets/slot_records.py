@@ -56,34 +56,42 @@ def _encode(qid: int, label: str | None, n: int, slots: np.ndarray,
     """One record. One amount: the payers' bitmap over the n slots, uncompressed (its size and
     the work to build it do not depend on who pays). Several amounts: per distinct amount a
     compressed bitmap, or (if smaller) the compressed (slot, amount) pairs."""
-    groups: list[list[Any]] = []
-    blobs: list[bytes] = []
     if isinstance(amounts, int):
         mask = np.zeros(n, dtype=bool)
         mask[slots] = True if ok is None else ok
-        bits = np.packbits(mask).tobytes()
-        groups.append(["raw", int(amounts), len(bits), len(bits)])
-        blobs.append(bits)
-    else:
-        amt = np.asarray(amounts)
-        if ok is not None:
-            slots, amt = slots[ok], amt[ok]
-        vals = np.unique(amt) if amt.size else np.zeros(0, np.int64)
-        if vals.size * ((n + 7) // 8) <= slots.size * 16:
-            for v in vals.tolist():
-                mask = np.zeros(n, dtype=bool)
-                mask[slots[amt == v]] = True
-                packed = np.packbits(mask)
-                blob = _pack(packed)
-                groups.append(["bits", int(v), packed.nbytes, len(blob)])
-                blobs.append(blob)
-        elif slots.size:
-            pairs = np.stack([slots, amt]).astype(np.int64)
-            blob = _pack(pairs)
-            groups.append(["pairs", 0, pairs.nbytes, len(blob)])
+        return _encode_bits(qid, label, n, np.packbits(mask).tobytes(), amounts)
+    groups: list[list[Any]] = []
+    blobs: list[bytes] = []
+    amt = np.asarray(amounts)
+    if ok is not None:
+        slots, amt = slots[ok], amt[ok]
+    vals = np.unique(amt) if amt.size else np.zeros(0, np.int64)
+    if vals.size * ((n + 7) // 8) <= slots.size * 16:
+        for v in vals.tolist():
+            mask = np.zeros(n, dtype=bool)
+            mask[slots[amt == v]] = True
+            packed = np.packbits(mask)
+            blob = _pack(packed)
+            groups.append(["bits", int(v), packed.nbytes, len(blob)])
             blobs.append(blob)
+    elif slots.size:
+        pairs = np.stack([slots, amt]).astype(np.int64)
+        blob = _pack(pairs)
+        groups.append(["pairs", 0, pairs.nbytes, len(blob)])
+        blobs.append(blob)
+    return _record(qid, label, n, groups, blobs)
+
+
+def _encode_bits(qid: int, label: str | None, n: int, bits: bytes, amount: int) -> bytes:
+    """One record where every payer pays ``amount``: ``bits`` is their bitmap over the n slots
+    (``np.packbits``), stored uncompressed (same size and work whoever pays)."""
+    return _record(qid, label, n, [["raw", int(amount), len(bits), len(bits)]], [bits])
+
+
+def _record(qid: int, label: str | None, n: int, groups: list[list[Any]],
+            blobs: list[bytes]) -> bytes:
     meta = json.dumps({"q": qid, "label": label, "n": n, "groups": groups}).encode()
-    payload = struct.pack("<I", len(meta)) + meta + b"".join(blobs)
+    payload = b"".join([struct.pack("<I", len(meta)), meta, *blobs])
     return _REC_HEAD.pack(_REC, len(payload), zlib.crc32(payload)) + payload
 
 

@@ -37,12 +37,14 @@ import struct
 import threading
 import time
 import zlib
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from dprivacy.errors import DPrivacyError, ValidationError
+from dprivacy.tables.budgets import slot_kernels
+from dprivacy.tables.budgets.slot_index import SlotIndex
 from dprivacy.tables.budgets.slot_records import (
     _MAGIC,
     _REC,
@@ -50,6 +52,7 @@ from dprivacy.tables.budgets.slot_records import (
     _append,
     _decode,
     _encode,
+    _encode_bits,
     _fsync_dir,
     _pack,
     _unpack,
@@ -96,8 +99,8 @@ class SlotStore:
         self.next_id = 0
         self.next_query = 1
         self.queries: list[list[Any]] = []  # [query, label, payers, total amount]
-        self._index: pd.Index | None = None
-        self._ident: bool | None = None
+        self._index: SlotIndex | None = None
+        self._paid: np.ndarray | None = None
         self._ino: int | None = None
         self._off = 0
         self._log_bytes = 0
@@ -139,13 +142,15 @@ class SlotStore:
         """Number of registered individuals (slots)."""
         return int(self.ids.size)
 
+    def index(self) -> SlotIndex:
+        """The id -> slot map of the current ids (built once per set of ids)."""
+        if self._index is None:
+            self._index = SlotIndex(self.ids)
+        return self._index
+
     def identity(self) -> bool:
         """Whether slot i holds person id i for every slot (ids need no lookup)."""
-        if self._ident is None:
-            n = self.ids.size
-            self._ident = n == 0 or (int(self.ids[0]) == 0 and int(self.ids[-1]) == n - 1 and
-                                     bool(np.all(np.diff(self.ids) == 1)))
-        return self._ident
+        return self.index().identity
 
     def slots_of(self, ids: np.ndarray) -> np.ndarray:
         """The slot of each person id (-1 for an unknown id)."""
@@ -154,20 +159,7 @@ class SlotStore:
     def lookup(self, ids: np.ndarray, *, nonneg: bool = False) -> tuple[np.ndarray, bool]:
         """(the slot of each person id, -1 if unknown; whether every id is known).
         ``nonneg``: the caller knows the ids are >= 0 (saves a pass)."""
-        a = np.asarray(ids, dtype=np.int64)
-        n = self.ids.size
-        if a.size == 0:
-            return a, True
-        if self.identity():
-            if (nonneg or int(a.min()) >= 0) and int(a.max()) < n:
-                return a, True  # slot i holds id i: the ids are the slots
-            out = a.copy()
-            out[(a < 0) | (a >= n)] = -1
-            return out, False
-        if self._index is None:
-            self._index = pd.Index(self.ids)
-        out = np.asarray(self._index.get_indexer(pd.Index(a)), dtype=np.int64)
-        return out, bool(out.min() >= 0)
+        return self.index().lookup(ids, nonneg=nonneg)
 
     # ------------------------------------------------------------------ changes
     def add(self, ids: np.ndarray, units: np.ndarray) -> None:
@@ -179,7 +171,7 @@ class SlotStore:
         self.initial = np.concatenate([self.initial, units.astype(np.int64)])
         self.remaining = np.concatenate([self.remaining, units.astype(np.int64)])
         self.next_id = max(self.next_id, int(ids.max()) + 1)
-        self._index, self._ident = None, None
+        self._index = None
         self._write_snapshot()
 
     def reserve(self, n: int) -> int:
@@ -215,9 +207,9 @@ class SlotStore:
             total = int(np.sum(amounts if ok is None else amounts[ok]))
         failure: list[BaseException] = []
         worker = None
+        written: list[int] = []
         if self.path is not None:
             path, n, off = self.path, self.size, self._off
-            written: list[int] = []
 
             def commit() -> None:
                 try:
@@ -234,15 +226,70 @@ class SlotStore:
             if failure:
                 self._apply_debit(slots, amounts, ok, after, -1)  # the charge never happened
                 raise failure[0]
-            self._off += written[0]
-            self._log_bytes += written[0]
+        self._committed(qid, label, payers, total, written[0] if written else 0)
+        return qid
+
+    def charge_stream(self, chunks: Iterable[np.ndarray], amount: int, label: str | None
+                      ) -> tuple[np.ndarray, int, int]:
+        """Charge ``amount`` to each person listed in ``chunks`` (person ids as they stream
+        out of the engine; each person pays at most once, a negative id is a ⊥ record and an
+        unregistered id pays nothing) whose budget covers it, then commit; returns (the payers'
+        bitmap over the slots, ``np.packbits`` of their mask; the number of payers; the number
+        of ⊥ records). Call inside :meth:`locked`.
+
+        Each chunk is debited as it arrives (:func:`~dprivacy.tables.budgets.slot_kernels.
+        charge_chunk`: the same work whoever pays); the record (the payers' bitmap, the same
+        size whoever pays) is appended and synced once the stream ends, before this returns.
+        If the stream or the commit fails, the debits are undone before the error propagates:
+        the charge never happened."""
+        amount = int(amount)
+        index = self.index()
+        rem = self.remaining
+        paid = self._paid_mask()
+        bottom = 0
+        qid = self.next_query
+        try:
+            for a in chunks:
+                if index.identity:
+                    bottom += slot_kernels.charge_chunk(a, rem, paid, amount)
+                    continue
+                neg = a < 0
+                nneg = int(np.count_nonzero(neg))
+                bottom += nneg
+                slots = index.lookup(a[~neg] if nneg else a, nonneg=True)[0]
+                slots[slots < 0] = rem.size  # unregistered: out of range, pays nothing
+                slot_kernels.charge_chunk(slots, rem, paid, amount)
+            bits = np.packbits(paid)
+            written = 0
+            if self.path is not None:
+                rec = _encode_bits(qid, label, self.size, bits.tobytes(), amount)
+                written = _append(self.path, self._off, rec)
+        except BaseException:
+            slot_kernels.credit(rem, paid, amount)  # the charge never happened
+            raise
+        payers = int(np.count_nonzero(paid))
+        self._committed(qid, label, payers, amount * payers, written)
+        return bits, payers, bottom
+
+    def _paid_mask(self) -> np.ndarray:
+        """A cleared bool mask over the slots, reused from query to query (no fresh pages)."""
+        buf = self._paid
+        if buf is None or buf.size != self.size:
+            buf = self._paid = np.zeros(self.size, dtype=bool)
+        else:
+            buf.fill(False)
+        return buf
+
+    def _committed(self, qid: int, label: str | None, payers: int, total: int,
+                   written: int) -> None:
+        self._off += written
+        self._log_bytes += written
         self.next_query = qid + 1
         self.queries.append([qid, label, payers, total])
         limit = (COMPACT_BYTES_PER_SLOT * self.size + (1 << 20) if self.compact_bytes is None
                  else self.compact_bytes)
         if self.path is not None and self._log_bytes > limit:
             self._write_snapshot()
-        return qid
 
     def _apply_debit(self, slots: np.ndarray, amounts: int | np.ndarray, ok: np.ndarray | None,
                      after: np.ndarray | None, sign: int) -> None:
@@ -307,7 +354,7 @@ class SlotStore:
         self.remaining = np.frombuffer(_unpack(blobs[2], raw[2]), np.int64).copy()
         self.queries = json.loads(_unpack(blobs[3], raw[3]) or b"[]")
         self.next_id, self.next_query = int(meta["next_id"]), int(meta["next_query"])
-        self._index, self._ident = None, None
+        self._index = None
         self._ino, self._off, self._log_bytes = ino, off, 0
 
     def _sync(self) -> None:

@@ -19,6 +19,7 @@ import itertools
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from typing import Any
 
 import ibis
@@ -99,6 +100,10 @@ class Engine:
     def arrow(self, expr: ir.Expr) -> pa.Table:
         """The result of a table expression as an Arrow table."""
         raise NotImplementedError
+
+    def column_chunks(self, expr: ir.Expr) -> Iterator[pa.Array]:
+        """The chunks of the first column of a table expression's result (no concatenation)."""
+        yield from self.arrow(expr).column(0).chunks
 
     def pandas(self, expr: ir.Expr) -> pd.DataFrame:
         """The result of a table expression as a pandas frame."""

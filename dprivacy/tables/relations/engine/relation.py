@@ -24,7 +24,8 @@ Examples:
 from __future__ import annotations
 
 import inspect
-from collections.abc import Hashable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import ibis
@@ -315,6 +316,11 @@ class IbisRelation:
         pid = self._pid()
         return self._derive(self.table.filter((pid == -1) | pid.isin(keep["id"])))
 
+    def keep_ids_later(self, ids: Callable[[], np.ndarray]) -> IbisRelation:
+        """:meth:`keep_ids` with the ids computed (and registered) only when a plan first needs
+        them: a count whose answer the charge already knows (``known_count``) never does."""
+        return _KeptLater(self, ids)
+
     def drop_ids(self, ids: np.ndarray) -> IbisRelation:
         """Records whose id is NOT in ``ids`` (the sources that could not pay); ⊥ kept."""
         drop = self.engine.register_frame(
@@ -327,6 +333,35 @@ class IbisRelation:
 
     def __repr__(self) -> str:
         return f"IbisRelation(backend={self.backend!r}, columns={self.columns})"
+
+
+class _KeptLater(IbisRelation):
+    """``base.keep_ids(ids())``, built on first use of :attr:`table` (see
+    :meth:`IbisRelation.keep_ids_later`)."""
+
+    def __init__(self, base: IbisRelation, ids: Callable[[], np.ndarray]) -> None:
+        self.engine, self.backend, self.unique = base.engine, base.backend, base.unique
+        self._resolved = {}
+        self.known_count = None
+        self._public = base._public
+        self._base: IbisRelation | None = base
+        self._ids: Callable[[], np.ndarray] | None = ids
+        self._table: ir.Table | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def table(self) -> ir.Table:
+        with self._lock:
+            if self._table is None:
+                assert self._base is not None and self._ids is not None
+                self._table = self._base.keep_ids(self._ids()).table
+                self._base = self._ids = None  # the mask and the plan are no longer needed
+            return self._table
+
+    @table.setter
+    def table(self, value: ir.Table) -> None:
+        with self._lock:
+            self._table, self._base, self._ids = value, None, None
 
 
 def _n_params(f: Any) -> int:

@@ -1,0 +1,31 @@
+"""The compiled charge kernel of :mod:`dprivacy.tables.budgets.slot_kernels` (imports numba;
+imported only when numba is installed). Compiled code is cached on disk by numba."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+__all__ = ["charge"]
+
+
+@numba.njit(cache=True, nogil=True)
+def charge(slots: np.ndarray, remaining: np.ndarray, paid: np.ndarray,
+           amount: int) -> int:  # pragma: no cover - compiled
+    """Per slot (in order): a negative slot is counted and skipped, a slot past the end is
+    skipped, any other slot not yet ``paid`` pays ``amount`` if ``remaining`` covers it (no
+    branch on the budget). Returns the number of negative slots."""
+    n = remaining.size
+    negative = 0
+    for i in range(slots.size):
+        s = slots[i]
+        if s < 0:
+            negative += 1
+            continue
+        if s >= n:
+            continue
+        r = remaining[s]
+        p = (r >= amount) & (not paid[s])
+        remaining[s] = r - amount * p
+        paid[s] = paid[s] | p
+    return negative

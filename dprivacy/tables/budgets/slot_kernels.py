@@ -1,0 +1,88 @@
+"""The kernel of a ProPer charge: debit the selected slots that can pay, chunk by chunk.
+
+:func:`charge_chunk` takes one chunk of selected slots (as they stream out of the engine) and,
+for each slot not yet marked in ``paid``, debits ``amount`` if the remaining budget covers it
+and marks it. Every slot costs the same work whether it pays or not (no branch on the budget):
+a query's time does not tell who was exhausted. A slot listed twice pays once.
+
+With numba installed (the ``duckdb`` extra) the kernel is one compiled pass over the chunk
+(nogil); otherwise a vectorised numpy gather/scatter computes the same thing. Compiling takes
+about a second, so it happens once per process, when a large store is opened
+(:func:`warm`), and the compiled code is cached on disk by numba.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+__all__ = ["charge_chunk", "credit", "warm", "compiled"]
+
+JIT_MIN_SLOTS = 1 << 16  # smaller stores use the numpy kernel (no compile)
+_lock = threading.Lock()
+_jit: Any = None  # the compiled kernel; False once compiling failed or numba is missing
+
+
+def _compile() -> Any:
+    from dprivacy.tables.budgets.slot_jit import charge
+
+    probe = np.zeros(2, np.int64)  # compile (or load from numba's cache) now, for writeable
+    charge(probe, np.ones(2, np.int64), np.zeros(2, np.bool_), 1)
+    probe.flags.writeable = False  # and read-only slots (zero-copy Arrow chunks)
+    charge(probe, np.ones(2, np.int64), np.zeros(2, np.bool_), 1)
+    return charge
+
+
+def warm() -> bool:
+    """Compile (or load) the numba kernel once per process; whether it is available."""
+    global _jit
+    with _lock:
+        if _jit is None:
+            try:
+                _jit = _compile()
+            except Exception:  # numba missing or unusable here: the numpy kernel
+                _jit = False
+        return _jit is not False
+
+
+def compiled() -> Any:
+    """The compiled kernel, or None (not compiled yet, or unavailable)."""
+    return _jit or None
+
+
+def charge_chunk(slots: np.ndarray, remaining: np.ndarray, paid: np.ndarray, amount: int, *,
+                 jit: bool | None = None) -> int:
+    """Charge one chunk of selected slots (int64; a negative slot is a ⊥ record, a slot
+    ``>= remaining.size`` an unregistered id: both pay nothing). Updates ``remaining`` and the
+    bool mask ``paid`` in place; returns the number of negative slots.
+
+    ``jit``: use the compiled kernel (None: when the store is large and numba is available)."""
+    if jit is None:
+        jit = remaining.size >= JIT_MIN_SLOTS and warm()
+    if jit:
+        k = compiled() if warm() else None
+        if k is not None:
+            return int(k(slots, remaining, paid, int(amount)))
+    return _charge_numpy(slots, remaining, paid, int(amount))
+
+
+def _charge_numpy(slots: np.ndarray, remaining: np.ndarray, paid: np.ndarray,
+                  amount: int) -> int:
+    n = remaining.size
+    negative = int(np.count_nonzero(slots < 0))
+    if negative or (slots.size and int(slots.max()) >= n):
+        slots = slots[(slots >= 0) & (slots < n)]
+    before = remaining[slots]
+    ok = before >= amount
+    ok &= ~paid[slots]  # listed in an earlier chunk: paid (or refused) once already
+    remaining[slots] = before - amount * ok  # a slot listed twice in the chunk: same value
+    paid[slots] |= ok
+    return negative
+
+
+def credit(remaining: np.ndarray, paid: np.ndarray, amount: int) -> None:
+    """Undo a charge: ``remaining += amount`` where ``paid`` (a failed commit)."""
+    if paid.size:
+        remaining += paid.astype(np.int64) * int(amount)
