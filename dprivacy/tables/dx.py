@@ -27,18 +27,18 @@ counted (ProPer), or the global budget covers s·max_i c_i before anything is co
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
-import scipy.sparse as sp
 
 from dprivacy.errors import ShapeError, ValidationError
 from dprivacy.tables.budgets.agents import Agent, charge
+from dprivacy.tables.integer_release import integer_release
 from dprivacy.tables.relations import rowwise
 from dprivacy.tables.relations.protocol import ElementCosts, Relation
 from dprivacy.tables.relations.rowwise import sealed
-from dprivacy.tables.verdicts import check_design, element_costs
+from dprivacy.tables.verdicts import element_costs, verify
 
 __all__ = ["element_costs", "PinqHistogram", "ProPerHistogram"]
 
@@ -48,20 +48,14 @@ class _Plan:
 
     def __init__(self, workload: Any, design: Any, universe: Any, metric: Any,
                  columns: list[Any]) -> None:
-        from dprivacy.design import Design
-        from dprivacy.workload import Workload
-
-        F = workload.F if isinstance(workload, Workload) else workload
-        # scipy-stubs has no csr_array overload for (any sparse input, dtype=float): cast as in
-        # dprivacy.workload._as_matrix
-        F = (sp.csr_array(cast(Any, F), dtype=cast(Any, float), copy=True) if sp.issparse(F)
-             else np.array(F, dtype=float))
-        self.W = Workload(F)
-        self.D = Design(w=np.array(design.w, dtype=float), beta=np.array(design.beta, dtype=float),
-                        constraints=getattr(design, "constraints", None))
         keys = tuple(str(c) for c in universe.key_columns)
         elements = pd.DataFrame({c: [rowwise.clean(v) for v in universe.elements[c].tolist()]
                                  for c in keys})
+        # the d_X condition (Theorem 1) of the design, against its constraints or the metric,
+        # verified once per (workload, design, constraints) and then taken from the cache; the
+        # release uses the verified copies of F, w and beta, never the caller's objects
+        v = verify(workload, design, universe, metric)
+        self.W, self.D, self.costs, self.A = v.workload, v.design, v.costs, v.integer
         if self.W.N != len(elements):
             raise ShapeError(f"the workload has N = {self.W.N} but the universe N = {len(elements)}")
         missing = [c for c in keys if c not in columns]
@@ -70,9 +64,6 @@ class _Plan:
                                   f"{columns}")
         if elements.duplicated().any():
             raise ValidationError("the universe lists an element twice")
-        # the d_X condition (Theorem 1) of the design, against its constraints or the metric,
-        # verified once per (workload, design, constraints) and then taken from the cache
-        self.costs = check_design(self.W, self.D, universe, metric)[1]
         with np.errstate(divide="ignore"):
             self.scale = np.where(self.D.w == 0, 0.0, 1.0 / self.D.beta)
         if not np.all(np.isfinite(self.scale)):
@@ -97,6 +88,11 @@ class _Plan:
                            minlength=n).astype(np.int64)
 
     def release(self, x: np.ndarray, noise: Any) -> np.ndarray:
+        """(w ⊙ F) x + noise: exact integers plus discrete Laplace noise when every w_k F_ki is
+        an integer (:func:`integer_matrix`), else OpenDP's exact continuous Laplace."""
+        if self.A is not None:
+            z = noise.discrete_laplace(self.scale)
+            return integer_release(self.A, x, z).reshape(self.W.m)
         answers = self.D.w * (self.W.F @ x.astype(float))
         return np.asarray(noise.add_laplace(np.asarray(answers, dtype=float), self.scale),
                           dtype=float).reshape(self.W.m)

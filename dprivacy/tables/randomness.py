@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from dprivacy import noise
+from dprivacy import discrete_noise, noise
 from dprivacy.errors import ValidationError
 
 __all__ = ["NoiseSource"]
@@ -67,6 +67,13 @@ class NoiseSource:
         if self._gen is None:
             return noise.add_laplace(values, scale, secure=True)
         return noise.add_laplace(values, scale, rng=self._gen, secure=False)
+
+    def discrete_laplace(self, scale: Any) -> np.ndarray:
+        """Integer noise, discrete Laplace of ``scale`` per entry (exact; see
+        :mod:`dprivacy.discrete_noise`), to be added to integer answers."""
+        if self._gen is None:
+            return discrete_noise.discrete_laplace(scale, secure=True)
+        return discrete_noise.discrete_laplace(scale, rng=self._gen, secure=False)
 
     def choice(self, log_weights: Any) -> int:
         """An index k with probability ∝ exp(log_weights[k]) (the exponential mechanism)."""

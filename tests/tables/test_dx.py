@@ -99,3 +99,22 @@ def test_bad_release_input_charges_nothing():
         p.release(W, _D0, U, metric=dp.metrics.Discrete(eps=0.1))
     assert t.remaining_budget() == 1.0
     assert (p._ledger.remaining(np.arange(7)) == 1.0).all()
+
+
+def test_integer_workloads_release_integers_with_discrete_laplace_noise():
+    """w ⊙ F integer: the answers are exact integers plus discrete Laplace noise (the output is
+    on the integer grid); otherwise the continuous sampler is used."""
+    from dprivacy import discrete_noise
+
+    D1 = dp.Design(w=np.ones(3), beta=np.full(3, 0.5), constraints=M.constraint_set(U))
+    eye = dp.Workload(np.eye(3))
+    y = Queryable(records(), budget=100.0).release(eye, D1, U)  # secure noise
+    assert y.shape == (3,) and np.all(y == np.round(y))
+    seeded = Queryable(records(), budget=100.0, noise_seed=4).release(eye, D1, U)
+    x = np.array([2, 1, 3])
+    assert np.array_equal(seeded, x + discrete_noise.discrete_laplace(np.full(3, 2.0), rng=4,
+                                                                      secure=False))
+    halves = Queryable(records(), budget=100.0).release(W, D, U)  # w_1 F_12 = 0.5: continuous
+    assert not np.all(halves == np.round(halves))
+    p = ProPerTable(records(), budget=10.0)
+    assert np.all(np.isin(p.release(eye, D1, U) % 1, [0.0]))
