@@ -24,9 +24,13 @@ Rows (each: the library's charged, noised query vs the exact query on the same d
    size after 100 queries (≤ 16 bytes per person); a d_X release over 1000 groups (≤ 1.5× the
    exact GROUP BY); a pandas frame with the default backend, where + count (≤ 10× mask.sum).
 
+5. Scaling with the number of cores (:mod:`experiments.bench_tables_cores`): the exact count,
+   the noisy count, the ProPer charge and the 1000-group release with 1 and with 2 threads
+   (DuckDB and BLAS), each thread count in its own process; the speed-up t1/t2 (no target).
+
 Time: rows 1-3, minimum over ``--repeats`` interleaved runs (library, exact, library, ...) after a
 warm-up; row 4, medians. ``--only`` picks groups (where, histogram, proper, proper13, release,
-pandas). Run: ``python -m experiments.bench_tables`` (10^7 rows, 10^8-row Parquet) or ``--quick``.
+pandas, cores). Run: ``python -m experiments.bench_tables`` (10^7 rows, 10^8-row Parquet) or ``--quick``.
 Writes ``experiments/results/bench_tables.csv`` and ``.png`` (``bench_tables_quick`` for --quick).
 """
 
@@ -52,7 +56,7 @@ import pandas as pd  # noqa: E402
 from experiments import bench_tables_speed as speed  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
-GROUPS_ALL = ("where", "histogram", "proper", "proper13", "release", "pandas")
+GROUPS_ALL = ("where", "histogram", "proper", "proper13", "release", "pandas", "cores")
 K = 64  # elements of the histogram's universe
 
 
@@ -251,6 +255,10 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         show(speed.histogram_1000(groups, args.rows, max(args.repeats, 3)))
     if "pandas" in only:
         show(speed.pandas_default(small, max(args.repeats, 3)))
+    if "cores" in only:
+        from experiments import bench_tables_cores
+
+        show(bench_tables_cores.cores(args.rows, args.tmp, max(args.repeats, 3)))
     if args.quick:
         shutil.rmtree(args.tmp, ignore_errors=True)
 
