@@ -86,3 +86,21 @@ def start(tmp_path: Path) -> Iterator[Callable[..., ServiceThread]]:
     yield _start
     for srv in running:
         srv.stop()
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Callable[..., ServiceThread]]:
+    """``service(name, people_df, **kw)``: a running service with d_X releases configured
+    (:mod:`tests.service.release_fixtures`)."""
+    from tests.service.release_fixtures import residents, start_release_service
+
+    running: list[ServiceThread] = []
+
+    def _start(name: str = "svc", ppl: pd.DataFrame | None = None, **kw: Any) -> ServiceThread:
+        srv = start_release_service(tmp_path / name, residents() if ppl is None else ppl, **kw)
+        running.append(srv)
+        return srv
+
+    yield _start
+    for srv in running:
+        srv.stop()

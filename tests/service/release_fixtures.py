@@ -83,3 +83,10 @@ def owner_inputs() -> tuple[Any, Any, Any, Any]:
     M = dp.metrics.Discrete(1.0)  # noqa: N806
     W = dp.Workload(F)  # noqa: N806
     return U, M, W, dp.Design(w=np.ones(len(F)), beta=np.full(len(F), BETA))
+
+
+def proper_charges(srv: ServiceThread) -> list[tuple[int, str | None, int, float]]:
+    """(number, label, payers, total ε) of every committed ProPer query on "people" (read
+    through the owner's handle, in the owner's thread)."""
+    owner = srv.runner.owner
+    return srv.runner._main.submit(lambda: owner.budgets["people"].queries()).result()
