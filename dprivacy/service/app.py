@@ -211,7 +211,9 @@ def create_app(cfg: ServiceConfig, runner: Runner | None = None) -> Any:
         except _Refusal:  # refusals, too, come at the (default) deadline
             await held(arrived)
             raise
-        deadline = arrived + cfg.deadline_seconds(set(plan.sources))
+        assert plan.query is not None
+        deadline = arrived + cfg.deadline_seconds(set(plan.sources),
+                                                  release=plan.query["op"] == "release")
         out = await run.query(a.name, plan, deadline)
         if out.error is not None:
             raise refusal(out.error)

@@ -23,6 +23,7 @@ Example (``service.toml``; paths are relative to the file)::
     # key = ["city"]
     # metric = "Discrete"
     # params = { eps = 1.0 }
+    # query_seconds = 5.0      # the deadline of a release (if larger than the source's)
 
     [[analyst]]
     name = "alice"
@@ -111,10 +112,14 @@ class ServiceConfig:
         """The source called ``name`` (None if there is none)."""
         return next((s for s in self.sources if s.name == name), None)
 
-    def deadline_seconds(self, names: set[str]) -> float:
-        """The per-query time of a plan over the sources ``names`` (the largest applies)."""
+    def deadline_seconds(self, names: set[str], *, release: bool = False) -> float:
+        """The per-query time of a plan over the sources ``names`` (the largest applies; for a
+        ``release``, the sources' ``[source.release]`` ``query_seconds`` count too)."""
         vals = [self.query_seconds] + [s.query_seconds for s in self.sources
                                        if s.name in names and s.query_seconds is not None]
+        if release:
+            vals += [s.release.query_seconds for s in self.sources if s.name in names
+                     and s.release is not None and s.release.query_seconds is not None]
         return max(vals)
 
 

@@ -64,6 +64,7 @@ class ReleaseSpec:
     metric: str
     params: dict[str, Any]
     max_queries: int = 1000
+    query_seconds: float | None = None
 
 
 def parse_release(d: Any, base: Path, where: str) -> ReleaseSpec:
@@ -72,13 +73,16 @@ def parse_release(d: Any, base: Path, where: str) -> ReleaseSpec:
     Keys: ``universe`` (the elements, one per row: CSV or Parquet), ``key`` (the columns that
     match the records' columns), ``coords`` (optional coordinate columns: Euclidean, Geodesic,
     Blowfish), ``metric`` (one of :data:`METRICS`), ``params`` (the metric's parameters) and
-    ``max_queries`` (rows of F in one release, default 1000).
+    ``max_queries`` (rows of F in one release, default 1000) and ``query_seconds`` (the
+    deadline of a release, when it must be longer than the source's: a release counts every
+    element and, on ProPer, charges each person their element's cost).
     """
     where = f"{where} release"
     if not isinstance(d, dict):
         raise ConfigError(f"{where}: expected a table")
-    allowed = {"universe": str, "key": list, "coords": list, "metric": str, "params": dict,
-               "max_queries": int}
+    allowed: dict[str, type | tuple[type, ...]] = {
+        "universe": str, "key": list, "coords": list, "metric": str, "params": dict,
+        "max_queries": int, "query_seconds": (int, float)}
     for k, v in d.items():
         if k not in allowed:
             raise ConfigError(f"{where}: unknown key {k!r}; allowed: {sorted(allowed)}")
@@ -95,9 +99,13 @@ def parse_release(d: Any, base: Path, where: str) -> ReleaseSpec:
     mq = d.get("max_queries", 1000)
     if not 1 <= mq <= 100_000:
         raise ConfigError(f"{where}: max_queries = {mq}: expected 1 .. 100000")
+    qs = d.get("query_seconds")
+    if qs is not None and not (math.isfinite(qs) and qs > 0):
+        raise ConfigError(f"{where}: query_seconds = {qs!r}: expected a positive number")
     return ReleaseSpec(universe=(base / d["universe"]).resolve(), key=tuple(d["key"]),
                        coords=tuple(d["coords"]) if "coords" in d else None,
-                       metric=d["metric"], params=dict(d.get("params", {})), max_queries=mq)
+                       metric=d["metric"], params=dict(d.get("params", {})), max_queries=mq,
+                       query_seconds=None if qs is None else float(qs))
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,8 @@ def residents(n: int = 60, extra: list[dict[str, Any]] | None = None) -> pd.Data
 
 
 def write_release_service(d: Path, ppl: pd.DataFrame, *, pinq_budget: float = 100.0,
-                          query_seconds: float = 0.3) -> Path:
+                          query_seconds: float = 0.3, release_seconds: float | None = None
+                          ) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     ppl.to_parquet(d / "people.parquet")
     ppl[["city"]].to_parquet(d / "visits.parquet")
@@ -42,6 +43,8 @@ def write_release_service(d: Path, ppl: pd.DataFrame, *, pinq_budget: float = 10
     cfg = d / "service.toml"
     release = '[source.release]\nuniverse = "cities.csv"\nkey = ["city"]\n' \
               'metric = "Discrete"\nparams = { eps = 1.0 }\nmax_queries = 50\n'
+    if release_seconds is not None:
+        release += f"query_seconds = {release_seconds}\n"
     cfg.write_text(f"""
 [service]
 query_seconds = {query_seconds}

@@ -277,3 +277,33 @@ def test_release_with_a_hostile_key_value(service, city):
     assert runs[0] == runs[1]
     assert all(o[0] == "ok" for o in runs[0]), runs[0]
     assert runs[0][1] == ("ok", 0.5) and runs[0][3] == ("ok", 99.5)
+
+
+def test_a_release_has_its_own_deadline(service):
+    srv = service(query_seconds=0.3, release_seconds=1.2)
+    cfg = srv.runner.cfg
+    assert cfg.deadline_seconds({"visits"}) == 0.3
+    assert cfg.deadline_seconds({"visits"}, release=True) == 1.2
+    assert cfg.deadline_seconds({"plain"}, release=True) == 0.3
+    _U, _M, W, d = owner_inputs()  # noqa: N806
+    v = connect(srv.url, key=KEYS["alice"]).table("visits")
+    t0 = time.monotonic()
+    v.noisy_count(0.1)
+    t1 = time.monotonic()
+    v.release(W, d)
+    t2 = time.monotonic()
+    assert t1 - t0 >= 0.3 - 0.02 and t2 - t1 >= 1.2 - 0.02  # the release waits longer
+
+
+def test_a_release_skipped_at_its_deadline_is_still_charged(service):
+    """The owner's thread is busy past the deadline: the default answer (a release on an empty
+    table) is released, and the release's s·max_i c_i is charged when the thread is free."""
+    srv = service(query_seconds=0.3)
+    _U, _M, W, d = owner_inputs()  # noqa: N806
+    v = connect(srv.url, key=KEYS["alice"]).table("visits")
+    busy = srv.runner._main.submit(time.sleep, 1.5)  # another analyst's long query
+    out = v.release(W, d)
+    assert out.shape == (30,) and np.all(np.isfinite(out)) and srv.runner.overruns == 1
+    busy.result()
+    srv.runner._main.submit(lambda: None).result()  # the skipped job has run (charge only)
+    assert v.remaining_budget() == pytest.approx(100.0 - 10 * BETA, abs=1e-12)
