@@ -10,6 +10,10 @@ charged query, ``where(x > 0.5).noisy_count(eps)``, runs
   same file, through :func:`dprivacy.remote.connect`, answers released at the configured
   deadline ``query_seconds``.
 
+The same comparison is made for a d_X release (``release(W, design)``: one noisy count per age,
+90 elements, Discrete metric, on the owner's universe ``[source.release]``; rows
+``pinq-release`` and ``proper-release``).
+
 Target: remote ≤ 1.5 × (in-process + deadline). Each source's deadline (its ``query_seconds``)
 is ``--deadline`` seconds, or (default) 3 × its in-process median measured in a warm-up, at least
 0.5 s, so that no query overruns (overruns are counted and reported: an overrun answers with the
@@ -27,6 +31,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -92,22 +97,40 @@ def main() -> None:
                                       id_column="pid", backend="duckdb")
         print(f"in-process ProPer registration: {time.perf_counter() - t0:.1f} s (one-time)")
 
-        def run_local(kind: str) -> float:
+        import dprivacy as dp
+
+        pd.DataFrame({"age": np.arange(90)}).to_csv(work / "ages.csv", index=False)
+        U = dp.Universe.from_dataframe(pd.DataFrame({"age": np.arange(90)}), ["age"])  # noqa: N806
+        M, W = dp.metrics.Discrete(1.0), dp.Workload(np.eye(90))  # noqa: N806
+        design = dp.Design(w=np.ones(90), beta=np.full(90, 0.5))  # c_i = 0.5
+
+        def run_local(kind: str) -> Any:
+            if kind.endswith("-release"):
+                return local[kind.split("-")[0]].release(W, design, U, metric=M)
             return local[kind].where(_.x > 0.5).noisy_count(EPS)
 
+        kinds = ["pinq", "proper", "pinq-release", "proper-release"]
         warm = {k: float(np.median([timed(lambda k=k: run_local(k)) for _ in range(2)]))
-                for k in local}
+                for k in kinds}
         deadline = {k: args.deadline or max(0.5, round(3 * w, 2)) for k, w in warm.items()}
         key, digest = new_key()
         cfg_path = work / "service.toml"
         cfg_path.write_text(f"""
 [service]
 query_seconds = {min(deadline.values())}
+max_body_bytes = 1048576
 [[source]]
 name = "pinq"
 path = "people.parquet"
 kind = "pinq"
 budget = 1e6
+query_seconds = {deadline["pinq"]}
+[source.release]
+universe = "ages.csv"
+key = ["age"]
+metric = "Discrete"
+params = {{ eps = 1.0 }}
+query_seconds = {deadline["pinq-release"]}
 [[source]]
 name = "proper"
 path = "people.parquet"
@@ -115,6 +138,12 @@ kind = "proper"
 id = "pid"
 budget = 1e6
 query_seconds = {deadline["proper"]}
+[source.release]
+universe = "ages.csv"
+key = ["age"]
+metric = "Discrete"
+params = {{ eps = 1.0 }}
+query_seconds = {deadline["proper-release"]}
 [[analyst]]
 name = "bench"
 key_sha256 = "{digest}"
@@ -124,15 +153,21 @@ key_sha256 = "{digest}"
         print(f"service start (opens both sources, registers ProPer ids): "
               f"{time.perf_counter() - t0:.1f} s; deadlines {deadline} s")
         s = connect(srv.url, key=key)
-        remote = {k: s.table(k).where(_.x > 0.5) for k in local}
+        tables = {k: s.table(k) for k in local}
+
+        def run_remote(kind: str) -> Any:
+            if kind.endswith("-release"):
+                return tables[kind.split("-")[0]].release(W, design)
+            return tables[kind].where(_.x > 0.5).noisy_count(EPS)
+
         rows = []
         try:
-            for kind in local:
-                remote[kind].noisy_count(EPS)  # warm-up
+            for kind in kinds:
+                run_remote(kind)  # warm-up
                 tl, tr = [], []
                 for _r in range(args.repeats):
                     tl.append(timed(lambda kind=kind: run_local(kind)))
-                    tr.append(timed(lambda kind=kind: remote[kind].noisy_count(EPS)))
+                    tr.append(timed(lambda kind=kind: run_remote(kind)))
                 ml, mr, dl = float(np.median(tl)), float(np.median(tr)), deadline[kind]
                 rows.append({"kind": kind, "rows": args.rows, "deadline_s": dl,
                              "in_process_s": ml, "remote_s": mr,
@@ -154,9 +189,9 @@ key_sha256 = "{digest}"
         ax.bar(x - 0.2, df.in_process_s + df.deadline_s, 0.4, label="in-process + deadline")
         ax.bar(x + 0.2, df.remote_s, 0.4, label="remote (service)")
         ax.scatter(x + 0.2, df.deadline_s, color="k", marker="_", s=400, label="deadline")
-        ax.set_xticks(x, [f"{k} ({args.rows:.0e} rows)" for k in df.kind])
+        ax.set_xticks(x, [f"{k}\n({args.rows:.0e} rows)" for k in df.kind], fontsize=8)
         ax.set_ylabel("seconds (median)")
-        ax.set_title("noisy count: remote vs in-process + deadline")
+        ax.set_title("noisy count and d_X release: remote vs in-process + deadline")
         ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(RESULTS / f"{stem}.png", dpi=120)
