@@ -28,6 +28,7 @@ from solvers.strategy.bound import best_bound
 from solvers.strategy.constraint import PairSet, materialise, strategy_scan
 from solvers.strategy.objective import Objective, answer_map, gram
 from solvers.strategy.optimize import blas_threads, polish
+from solvers.strategy.rowspace import rowspace_strategy
 from solvers.strategy.starts import (
     design_start,
     identity_start,
@@ -39,7 +40,10 @@ from solvers.strategy.starts import (
 __all__ = ["Basis", "StrategyResult", "answer_map", "choose_basis", "materialise",
            "optimize_strategy", "strategy_scan"]
 
-STARTS = ("identity", "tree", "design", "hierarchical", "marginals")
+STARTS = ("identity", "tree", "design", "hierarchical", "marginals", "rowspace")
+#: The row-space start (A = M Q', :mod:`solvers.strategy.rowspace`) for workloads of at most
+#: this many queries over at most this many pairs (every pair in an r x P matrix).
+ROWSPACE_MAX_M, ROWSPACE_MAX_PAIRS = 40, 1_000_000
 #: Above this many coordinates only structured starts are compared (no dense K x K algebra).
 DENSE_LIMIT = 2048
 #: All pairs form the working set up to this many pairs; beyond it the most loaded pairs do.
@@ -198,6 +202,12 @@ def _optimize(F: Any, cs: ConstraintSet, u: np.ndarray | None, coords: np.ndarra
         A, theta = marginal_start(np.asarray(codes), quick_score)
         cands["marginals"] = A
         notes["marginal_weights"] = theta
+    if "rowspace" in wanted and centre and cs.kind != "edges" and Fm.shape[0] <= ROWSPACE_MAX_M \
+            and N * (N - 1) // 2 <= ROWSPACE_MAX_PAIRS:
+        ri, rj, re = (base.I, base.J, base.eps) if complete else _all_pairs(cs)
+        Fd = np.asarray(sp.csr_array(Fm).toarray() if is_sparse(Fm) else Fm, dtype=np.float64)
+        cands["rowspace"], notes["rowspace"] = rowspace_strategy(
+            Fd, ri, rj, re, u=u, deadline=t0 + 0.8 * (deadline - t0))
     for name, C in cands.items():
         scores[name] = exact_score(C)
     if not scores or not any(np.isfinite(v) for v in scores.values()):
@@ -208,6 +218,8 @@ def _optimize(F: Any, cs: ConstraintSet, u: np.ndarray | None, coords: np.ndarra
     if K <= DENSE_LIMIT and rounds > 0:
         obj = Objective(gram(FK, centre), centre)
         for _, name in ranked[:max(1, polish_top)]:
+            if name == "rowspace":  # polished in its own (reduced) coordinates already
+                continue
             C0 = cands[name]
             C0 = np.asarray(C0.toarray() if is_sparse(C0) else C0, dtype=np.float64)
             if not np.isfinite(obj.value(C0)):  # rank deficient: add a small identity part
