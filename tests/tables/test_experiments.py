@@ -44,20 +44,3 @@ def test_kmeans_gives_the_same_centres_in_both_systems_when_nobody_is_dropped():
     # same program, same noise seed: both systems reach the same centres when nobody is dropped
     assert np.allclose(centres, pinq_centres, atol=1e-9)
 
-
-def test_cores_benchmark_quick_measures_every_workload_with_one_and_two_threads(tmp_path):
-    """experiments/bench_tables_cores --quick: one row per workload, both thread counts timed in
-    their own process, speed-up and ratios to the exact reference finite and positive."""
-    import numpy as np
-
-    from experiments import bench_tables_cores
-
-    table = bench_tables_cores.main(["--quick", "--out", str(tmp_path), "--tmp",
-                                     str(tmp_path / "data")])
-    assert list(table["benchmark"]) == [f"cores: {w}" for w in bench_tables_cores.WORKLOADS]
-    for col in ("time_s", "ref_time_s", "speedup", "ratio_to_exact_1_thread",
-                "ratio_to_exact_2_threads"):
-        assert np.all(np.isfinite(table[col])) and np.all(table[col] > 0), col
-    assert np.allclose(table["speedup"], table["ref_time_s"] / table["time_s"])
-    assert (tmp_path / "bench_tables_cores_quick.csv").exists()
-    assert (tmp_path / "bench_tables_cores_quick.png").exists()

@@ -10,7 +10,7 @@ import pytest
 
 import dprivacy as dp
 from dprivacy.errors import PrivacyViolationError
-from dprivacy.tables import Queryable, verdicts
+from dprivacy.tables import Queryable, verdict_store, verdicts
 
 K = 6
 U = dp.Universe.from_domains({"a": list(range(K))})
@@ -29,6 +29,7 @@ def _table() -> Queryable:
 @pytest.fixture
 def verifications(monkeypatch):
     """Count the full Theorem-1 checks (Design.verify) made by releases."""
+    verdict_store.use(None)  # in memory only: a stored verdict would skip the checks counted
     verdicts.clear()
     calls = []
     orig = dp.Design.verify

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -114,6 +115,17 @@ class Engine:
         raise NotImplementedError
 
 
+def _files_key(paths: list[str]) -> tuple | None:
+    """(path, size, mtime_ns) of every file, or None for a glob or a path that is not a file."""
+    out = []
+    for p in paths:
+        if any(ch in p for ch in "*?[") or not os.path.isfile(p):
+            return None
+        st = os.stat(p)
+        out.append((os.path.abspath(p), st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
 class DuckEngine(Engine):
     """DuckDB through Ibis (in-process, out of core, multi-threaded).
 
@@ -126,6 +138,7 @@ class DuckEngine(Engine):
     def __init__(self, con: Any = None) -> None:
         super().__init__(con if con is not None else ibis.duckdb.connect())
         self.raw = self.ibis.con  # the duckdb connection
+        self._parquet: OrderedDict[tuple, ir.Table] = OrderedDict()
 
     def execute(self, sql: str, params: list | None = None) -> Any:
         """Run SQL on the native connection (a cursor-like result)."""
@@ -165,11 +178,28 @@ class DuckEngine(Engine):
         return self.table(name)
 
     def register_parquet(self, paths: list[str]) -> ir.Table:
-        """A view over Parquet file(s): scanned out of core, in parallel, on every query."""
+        """A view over Parquet file(s): scanned out of core, in parallel, on every query.
+
+        The view of the same plain files (no glob), unchanged since (same size and modification
+        time, nanoseconds), is reused: no new view, no schema query, and the plans built on it
+        are the same Ibis operations, so their SQL is compiled once (:meth:`Engine.sql`)."""
+        key = _files_key(paths)
+        if key is not None:
+            with _lock:
+                hit = self._parquet.get(key)
+                if hit is not None:
+                    self._parquet.move_to_end(key)
+                    return hit
         name = fresh_name("parquet")
         lit = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
         self.execute(f'CREATE OR REPLACE TEMP VIEW "{name}" AS SELECT * FROM read_parquet([{lit}])')
-        return self.table(name)
+        table = self.table(name)
+        if key is not None:
+            with _lock:
+                self._parquet[key] = table
+                while len(self._parquet) > _SQL_CACHE:
+                    self._parquet.popitem(last=False)
+        return table
 
 
 class SparkEngine(Engine):

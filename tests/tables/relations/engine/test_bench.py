@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from experiments import bench_tables
+import numpy as np
+
+from experiments import bench_tables, bench_tables_cores
 
 
 def test_bench_tables_quick_writes_its_table(tmp_path):
@@ -14,8 +16,13 @@ def test_bench_tables_quick_writes_its_table(tmp_path):
                                    "ProPer noisy_count, durable ledger",
                                    "ProPer durable noisy_count, 13 queries",
                                    "d_X histogram release, 1000 groups (Parquet)",
-                                   "pandas where + noisy_count, default backend"}
+                                   "pandas where + noisy_count, default backend",
+                                   *(f"cores: {w}" for w in bench_tables_cores.WORKLOADS)}
     assert (t["benchmark"] == "ProPer durable noisy_count, 13 queries").sum() == 13
     assert (t["store_bytes_per_person_after_100"].dropna() > 0).all()
     assert (t["time_s"] > 0).all() and (t["ref_time_s"] > 0).all()
     assert (t["ratio"] == t["time_s"] / t["ref_time_s"]).all()
+    cores = t[t["benchmark"].str.startswith("cores: ")]  # 2 threads (time) vs 1 (reference)
+    assert np.allclose(cores["speedup"], cores["ref_time_s"] / cores["time_s"])
+    for col in ("ratio_to_exact_1_thread", "ratio_to_exact_2_threads"):
+        assert np.all(np.isfinite(cores[col])) and np.all(cores[col] > 0)
