@@ -85,7 +85,9 @@ class ProPerTable(LiveData, NoisyQueries):
         ledger: where budgets live. pandas: a :class:`MemoryLedger` (the default) or a durable
             SQLite :class:`~dprivacy.tables.Ledger` shared between processes; engines: None (in
             memory), the path of a DuckDB file, or a
-            ``dprivacy.tables.budgets.budget_table.BudgetTable``.
+            ``dprivacy.tables.budgets.budget_table.BudgetTable``; Spark: also a
+            ``dprivacy.tables.budgets.spark_budgets.SparkBudgetTable``, which keeps the budgets
+            in the cluster's storage (needs ``id_column``).
             The ledger is the data owner's handle: the table exposes no attribute that returns
             it (its remaining budgets show who matched a filter), so an owner who wants to read
             or top up budgets passes the ledger here and keeps it. In-process Python cannot stop
@@ -134,7 +136,7 @@ class ProPerTable(LiveData, NoisyQueries):
             self._rel: Relation = PandasRelation(data.iloc[0:0], np.empty(0, np.int64))
             self.insert(data, budget, id_column=id_column, _existing="keep")
         else:
-            from dprivacy.tables.budgets import budget_table, engine_budgets
+            from dprivacy.tables.budgets import budget_table, engine_budgets, spark_budgets
             from dprivacy.tables.relations import engine
 
             if not isinstance(budget, (str, numbers.Real)):
@@ -143,16 +145,20 @@ class ProPerTable(LiveData, NoisyQueries):
                     "supported on the pandas backend only; on an engine give one number or the "
                     "name of a budget column")
             if ledger is not None and not isinstance(ledger, (budget_table.BudgetTable, str,
-                                                              os.PathLike)):
+                                                              os.PathLike,
+                                                              spark_budgets.SparkBudgetTable)):
                 raise ValidationError(
                     f"ledger is a {type(ledger).__name__}: the engine backends keep budgets in "
                     "a dprivacy.tables.budgets.budget_table.BudgetTable (or give the path of its "
-                    "DuckDB file)")
+                    "DuckDB file), or on Spark in a spark_budgets.SparkBudgetTable")
             rel = engine.relation_from(data, None if name == "engine" else name,
                                        id_column=id_column)
             b = budget if isinstance(budget, str) else float(budget)
-            self._rel, self._budgets = engine_budgets.proper_budgets(rel, b, ledger=ledger,
-                                                             id_column=id_column)
+            if isinstance(ledger, spark_budgets.SparkBudgetTable):  # budgets held in the cluster
+                self._rel, self._budgets = ledger.attach(rel, b, id_column=id_column)
+            else:
+                self._rel, self._budgets = engine_budgets.proper_budgets(rel, b, ledger=ledger,
+                                                                         id_column=id_column)
             self._ledger = self._budgets
 
     def _derive(self, rel: Relation, unique: bool) -> ProPerTable:

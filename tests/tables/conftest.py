@@ -1,4 +1,4 @@
-"""Fixtures of the engine tests: a session-scoped local Spark session (2 cores, UI off, two
+"""Fixtures of the table tests: a session-scoped local Spark session (2 cores, UI off, two
 shuffle partitions, quiet logs), started only if a test asks for it."""
 
 from __future__ import annotations
