@@ -28,6 +28,11 @@ Rows (each: the library's charged, noised query vs the exact query on the same d
    the noisy count, the ProPer charge and the 1000-group release with 1 and with 2 threads
    (DuckDB and BLAS), each thread count in its own process; the speed-up t1/t2 (no target).
 
+6. Opt-in (``--only spark``, :mod:`experiments.bench_tables_spark`): ProPer on the local Spark
+   session with the budgets held in the cluster (``SparkBudgetTable``), ``--spark-people``
+   people (10^8; 10^5 with --quick) and ``--spark-queries`` queries: median time per query vs
+   Spark's exact count, the store's bytes per person, the driver's peak RSS (no target).
+
 Time: rows 1-3, minimum over ``--repeats`` interleaved runs (library, exact, library, ...) after a
 warm-up; row 4, medians. ``--only`` picks groups (where, histogram, proper, proper13, release,
 pandas, cores). Run: ``python -m experiments.bench_tables`` (10^7 rows, 10^8-row Parquet) or ``--quick``.
@@ -57,6 +62,7 @@ from experiments import bench_tables_speed as speed  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GROUPS_ALL = ("where", "histogram", "proper", "proper13", "release", "pandas", "cores")
+GROUPS_OPT = ("spark",)  # run only when named in --only
 K = 64  # elements of the histogram's universe
 
 
@@ -217,18 +223,22 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--tmp", type=Path, default=Path("/tmp/dprivacy_bench_tables"))
     ap.add_argument("--only", default=",".join(GROUPS_ALL),
-                    help=f"comma-separated groups of rows among {','.join(GROUPS_ALL)}")
+                    help=f"comma-separated groups of rows among {','.join(GROUPS_ALL)} "
+                    f"(opt-in: {','.join(GROUPS_OPT)})")
+    ap.add_argument("--spark-people", type=int, default=10**8)
+    ap.add_argument("--spark-queries", type=int, default=3)
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     if args.quick:
         args.rows, args.pandas_rows, args.parquet_rows, args.repeats = 10**5, 10**4, 10**6, 1
+        args.spark_people = 10**5
     os.environ.setdefault("TQDM_DISABLE", "1")
     args.tmp.mkdir(parents=True, exist_ok=True)
     print(f"rows {args.rows:,}; pandas backend rows {args.pandas_rows:,}; Parquet rows "
           f"{args.parquet_rows:,}; repeats {args.repeats}", flush=True)
 
     only = {g.strip() for g in args.only.split(",") if g.strip()}
-    unknown = only - set(GROUPS_ALL)
+    unknown = only - set(GROUPS_ALL) - set(GROUPS_OPT)
     if unknown:
         ap.error(f"unknown groups {sorted(unknown)}; choose among {GROUPS_ALL}")
     df = make_frame(args.rows)
@@ -259,13 +269,18 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         from experiments import bench_tables_cores
 
         show(bench_tables_cores.cores(args.rows, args.tmp, max(args.repeats, 3)))
+    if "spark" in only:
+        from experiments import bench_tables_spark
+
+        show(bench_tables_spark.proper_spark(args.spark_people, args.spark_queries,
+                                             args.tmp / "spark"))
     if args.quick:
         shutil.rmtree(args.tmp, ignore_errors=True)
 
     table = pd.DataFrame(rows)
     stem = "bench_tables_quick" if args.quick else "bench_tables"
     if only != set(GROUPS_ALL):  # a subset of the rows: its own files, the full table stays
-        stem += "_" + "_".join(g for g in GROUPS_ALL if g in only)
+        stem += "_" + "_".join(g for g in GROUPS_ALL + GROUPS_OPT if g in only)
     args.out.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.out / f"{stem}.csv", index=False)
     fig, ax = plt.subplots(figsize=(9, 4))
