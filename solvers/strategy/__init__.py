@@ -251,6 +251,9 @@ def _optimize(F: Any, cs: ConstraintSet, u: np.ndarray | None, coords: np.ndarra
         G = gram(FK, centre)
         lb = best_bound(G, base.I, base.J, base.eps) if complete else \
             best_bound(G, *_nearest_pairs(cs, N))
+    rs_bound = notes.get("rowspace", {}).get("l2_bound")
+    if lower_bound and rs_bound is not None:
+        lb = rs_bound if lb is None else max(lb, rs_bound)
     report = {"start": best_name, "starts": scores, "history": history, "basis": basis.kind,
               "p": int(C.shape[0]), "max_ratio": ratio, "worst_pair": worst,
               "seconds": time.perf_counter() - t0, **notes}

@@ -156,10 +156,16 @@ def polish_rows(rs: RowSpace, M: np.ndarray, *, maxiter: int = 300,
     return best_M, best
 
 
-def l2_relaxation(rs: RowSpace, top: int = 3000) -> np.ndarray | None:
-    """Z minimising tr(R Z^{-1} R') subject to w_q' Z w_q <= 1 over the ``top`` pairs with the
-    largest |w_q| (an SDP; cvxpy + Clarabel), scaled to satisfy every pair; None if it fails."""
+def l2_relaxation(rs: RowSpace, top: int = 3000) -> tuple[np.ndarray, float] | None:
+    """(Z, bound): Z minimises tr(R Z^{-1} R') subject to w_q' Z w_q <= 1 over the ``top`` pairs
+    with the largest |w_q| (an SDP; cvxpy + Clarabel), scaled to satisfy every pair; ``bound`` is
+    the lower bound ``2 (tr (L^{1/2} R'R L^{1/2})^{1/2})^2 / sum(mu)`` with the SDP's dual
+    multipliers mu as pair weights, ``L = sum_q mu_q w_q w_q'`` (valid for every strategy,
+    :mod:`solvers.strategy.bound`; any weights give a bound, the dual ones the SDP's optimum).
+    None if the solver fails."""
     import cvxpy as cp
+
+    from solvers.strategy.bound import svd_bound
 
     norms = np.sum(rs.W * rs.W, axis=0)
     sel = np.argsort(-norms)[:top]
@@ -170,16 +176,22 @@ def l2_relaxation(rs: RowSpace, top: int = 3000) -> np.ndarray | None:
     Z = cp.Variable((r, r), PSD=True)
     T = cp.Variable((r, r), symmetric=True)
     Rn = rs.R / np.sqrt(max(float(np.trace(rs.RtR)), 1e-300))
-    cons = [cp.bmat([[T, Rn], [Rn.T, Z]]) >> 0, cp.sum(cp.multiply(D, Z @ D), axis=0) <= 1]
+    pair_cons = cp.sum(cp.multiply(D, Z @ D), axis=0) <= 1
     try:
-        cp.Problem(cp.Minimize(cp.trace(T)), cons).solve(solver="CLARABEL")
+        cp.Problem(cp.Minimize(cp.trace(T)), [cp.bmat([[T, Rn], [Rn.T, Z]]) >> 0, pair_cons]
+                   ).solve(solver="CLARABEL")
     except (cp.error.SolverError, ValueError, ArithmeticError):
         return None
-    if Z.value is None:
+    if Z.value is None or pair_cons.dual_value is None:
         return None
     Zv = 0.5 * (Z.value + Z.value.T) / (s * s)
     q = np.sum(rs.W * (Zv @ rs.W), axis=0)
-    return Zv / max(float(q.max()), 1e-300)
+    mu = np.clip(np.asarray(pair_cons.dual_value, dtype=np.float64).ravel(), 0.0, None)
+    bound = 0.0
+    if mu.sum() > 0:
+        L = (rs.W[:, sel] * mu[None, :]) @ rs.W[:, sel].T
+        bound = svd_bound(rs.RtR, 0.5 * (L + L.T), float(mu.sum()))
+    return Zv / max(float(q.max()), 1e-300), bound
 
 
 def _sqrtm(Z: np.ndarray) -> np.ndarray:
@@ -246,8 +258,10 @@ def rowspace_strategy(F: np.ndarray, I: np.ndarray, J: np.ndarray, eps: np.ndarr
         keep = (u > 0) & np.isfinite(u)
         if keep.any():
             run("design", u[keep, None] * rs.R[keep])
-    Z = l2_relaxation(rs)
-    if Z is not None:
+    relax = l2_relaxation(rs)
+    bound = None
+    if relax is not None:
+        Z, bound = relax
         Zh = _sqrtm(Z)
         for k in range(rotations):
             p = max(r, int(round(rows[k % len(rows)] * r / 10)))
@@ -262,5 +276,6 @@ def rowspace_strategy(F: np.ndarray, I: np.ndarray, J: np.ndarray, eps: np.ndarr
                 run(f"dual-basis-{k}", M0)
     if best_M is None:
         raise SolverError("no row-space start gave a finite error")
-    report = {"rank": r, "starts": tried, "error": best, "seconds": time.perf_counter() - t0}
+    report = {"rank": r, "starts": tried, "error": best, "l2_bound": bound,
+              "seconds": time.perf_counter() - t0}
     return rs.strategy(best_M), report

@@ -69,8 +69,9 @@ def test_rowspace_strategy_is_feasible_by_brute_force_and_beats_the_design(seed)
 def test_l2_relaxation_is_feasible_and_a_dual_basis_makes_its_pairs_1_sparse():
     _, _, F, I, J, e = instance(6)  # noqa: E741
     rs = RowSpace.build(F, I, J, e)
-    Z = l2_relaxation(rs)
-    assert Z is not None
+    relax = l2_relaxation(rs)
+    assert relax is not None
+    Z, bound = relax
     q = np.sum(rs.W * (Z @ rs.W), axis=0)
     assert q.max() <= 1 + 1e-9
     B = np.argsort(-q)[:rs.r]
@@ -79,6 +80,9 @@ def test_l2_relaxation_is_feasible_and_a_dual_basis_makes_its_pairs_1_sparse():
     Y = M @ rs.W[:, B]
     assert np.count_nonzero(np.abs(Y) > 1e-9 * np.abs(Y).max()) == rs.r  # one row per pair
     assert rs.c(M) <= 1 + 1e-6
+    # the bound holds for the l2-feasible Z itself and for every l1 strategy found
+    assert 0 < bound <= 2 * float(np.trace(rs.RtR @ np.linalg.inv(Z))) * (1 + 1e-9)
+    assert bound <= rs.score(M) * (1 + 1e-9)
 
 
 def test_optimize_strategy_uses_the_rowspace_start_for_few_dense_queries():
