@@ -11,13 +11,20 @@ edges plus 200 000 random pairs (larger N).  A second table gives the error agai
 with all range queries (the plot).  Privacy condition of a strategy:
 ||A (e_i - e_j)||_1 <= eps_ij for every pair.
 
-Run:  python -m experiments.strategy_vs_scaling [--quick] [--seed S]
+A third table repeats the random-points workload on independently drawn instances (seeds
+1..5: points uniform in the 10 x 10 square and dense uniform queries), so that its figure is not
+one lucky draw.
+
+Run:  python -m experiments.strategy_vs_scaling [--quick] [--seed S] [--only SUBSTRING]
 Output: strategy.csv (workload, N, m, method, error, seconds, max_ratio, lower_bound),
-strategy_vs_n.csv, strategy.png and strategy.md (both tables).
+strategy_vs_n.csv, strategy_points_seeds.csv, strategy.png and strategy.md (the tables).
+``--only`` runs the workloads whose name contains SUBSTRING and writes strategy_only.csv and
+strategy_only.md instead (no plot, no table against N, no seeds table).
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -125,11 +132,15 @@ def independent_ratio(A: np.ndarray, U: dp.Universe, M: metrics.Metric, seed: in
     return worst
 
 
-def run(quick: bool = False, seed: int = 0, outdir: Path = C.RESULTS_DIR) -> pd.DataFrame:
-    """Error of the baseline, the exact (w, beta) design and the strategy on every workload."""
+def run(quick: bool = False, seed: int = 0, outdir: Path = C.RESULTS_DIR,
+        only: str | None = None) -> pd.DataFrame:
+    """Error of the baseline, the exact (w, beta) design and the strategy on every workload
+    (those whose name contains ``only``, if given)."""
     rows = []
     limit = 15.0 if quick else 240.0
-    for name, U, M, W in C.progress(workloads(quick, seed), "workloads"):
+    name_out = NAME if only is None else f"{NAME}_only"
+    chosen = [w for w in workloads(quick, seed) if only is None or only in w[0]]
+    for name, U, M, W in C.progress(chosen, "workloads"):
         N, m = U.N, W.m  # noqa: N806
         base = m * 2 * (W.sensitivity() / M.eps_min(U)) ** 2
         rows.append({"workload": name, "N": N, "m": m, "method": BASE, "error": base})
@@ -152,14 +163,42 @@ def run(quick: bool = False, seed: int = 0, outdir: Path = C.RESULTS_DIR) -> pd.
                      "error": d.expected_squared_error(),
                      "max_ratio": independent_ratio(A, U, M, seed),
                      "lower_bound": d.lower_bound if d.lower_bound is not None else np.nan})
-        C.write_csv(pd.DataFrame(rows, columns=COLUMNS), outdir, NAME)  # partial results so far
+        C.write_csv(pd.DataFrame(rows, columns=COLUMNS), outdir, name_out)  # partial results so far
     df = pd.DataFrame(rows, columns=COLUMNS)
-    C.write_csv(df, outdir, NAME)
+    C.write_csv(df, outdir, name_out)
+    if only is not None:
+        write_markdown(df, None, None, outdir, quick, name_out)
+        return df
     vs_n = error_vs_n(quick)
     C.write_csv(vs_n, outdir, f"{NAME}_vs_n")
+    seeds = points_seeds(quick)
+    C.write_csv(seeds, outdir, f"{NAME}_points_seeds")
     plot(vs_n, outdir)
-    write_markdown(df, vs_n, outdir, quick)
+    write_markdown(df, vs_n, seeds, outdir, quick)
     return df
+
+
+def points_seeds(quick: bool, seeds: tuple[int, ...] = (1, 2, 3, 4, 5)) -> pd.DataFrame:
+    """The random-points workload on independent instances: (w, beta) and strategy errors, their
+    ratio, the lower bound and the strategy's seconds per seed."""
+    npts = 40 if quick else 150
+    rows = []
+    for s in seeds:
+        rng = np.random.default_rng(s)
+        U = dp.Universe.from_points(rng.uniform(0, 10, (npts, 2)))
+        W = dp.Workload(rng.random((10, npts)))
+        M = metrics.Euclidean(0.1)
+        wb = dp.design(W, U, M, method="exact")
+        t0 = time.perf_counter()
+        d = dp.design_strategy(W, U, M, baseline=wb, time_limit=15.0 if quick else 240.0,
+                               rounds=3 if quick else 20)
+        t_s = time.perf_counter() - t0
+        err_wb = float(np.sum(2 / wb.beta[np.isfinite(wb.beta)] ** 2))
+        err = d.expected_squared_error()
+        rows.append({"seed": s, WB: err_wb, STRAT: err, "ratio": err_wb / err,
+                     "lower_bound": d.lower_bound, "seconds": t_s,
+                     "max_ratio": independent_ratio(d.strategy, U, M, s)})
+    return pd.DataFrame(rows)
 
 
 def error_vs_n(quick: bool) -> pd.DataFrame:
@@ -201,7 +240,8 @@ def _g(v: float) -> str:
     return "" if pd.isna(v) else f"{v:.4g}"
 
 
-def write_markdown(df: pd.DataFrame, vs_n: pd.DataFrame, outdir: Path, quick: bool) -> None:
+def write_markdown(df: pd.DataFrame, vs_n: pd.DataFrame | None, seeds: pd.DataFrame | None,
+                   outdir: Path, quick: bool, name: str = NAME) -> None:
     s = summarize(df)
     sec = df[df["method"] == STRAT].set_index("workload")
     lines = [f"# Strategy mechanisms vs (w, beta) rescaling{' (--quick)' if quick else ''}", "",
@@ -218,14 +258,34 @@ def write_markdown(df: pd.DataFrame, vs_n: pd.DataFrame, outdir: Path, quick: bo
                      f"{_g(r.get(PREFIX, np.nan))} | {_g(r[STRAT])} | "
                      f"{r['(w,beta) / strategy']:.3g} | {_g(st['lower_bound'])} | "
                      f"{st['seconds']:.1f} | {st['max_ratio']:.12g} |")
-    lines += ["", "Error against N (line, all ranges):", "", "| N | method | error |", "|---|---|---|"]
-    lines += [f"| {r['N']} | {r['method']} | {r['error']:.4g} |" for _, r in vs_n.iterrows()]
+    if vs_n is not None:
+        lines += ["", "Error against N (line, all ranges):", "", "| N | method | error |",
+                  "|---|---|---|"]
+        lines += [f"| {r['N']} | {r['method']} | {r['error']:.4g} |" for _, r in vs_n.iterrows()]
+    if seeds is not None:
+        npts = 40 if quick else 150
+        lines += ["", f"{npts} random points, 10 dense queries, on independent instances (seed s: "
+                  f"points uniform in the 10 x 10 square, then the queries, from "
+                  f"numpy.random.default_rng(s)); the lower bound holds for every strategy:", "",
+                  "| seed | exact (w, beta) | strategy | (w,beta)/strategy | lower bound | "
+                  "strategy/bound | strategy s | max ratio (independent) |",
+                  "|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['seed']} | {_g(r[WB])} | {_g(r[STRAT])} | {r['ratio']:.3g} | "
+                  f"{_g(r['lower_bound'])} | {r[STRAT] / r['lower_bound']:.3g} | "
+                  f"{r['seconds']:.1f} | {r['max_ratio']:.12g} |" for _, r in seeds.iterrows()]
     Path(outdir).mkdir(parents=True, exist_ok=True)
-    (Path(outdir) / f"{NAME}.md").write_text("\n".join(lines) + "\n")
+    (Path(outdir) / f"{name}.md").write_text("\n".join(lines) + "\n")
 
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
-    return C.main(NAME, __doc__, run, summarize, argv)
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--only", default=None, help="run only the workloads whose name contains this")
+    known, rest = pre.parse_known_args(argv)
+
+    def run_only(quick: bool, seed: int, outdir: Path) -> pd.DataFrame:
+        return run(quick=quick, seed=seed, outdir=outdir, only=known.only)
+
+    return C.main(NAME, __doc__, run_only, summarize, rest)
 
 
 if __name__ == "__main__":
