@@ -136,6 +136,8 @@ class ProPerTable(LiveData, NoisyQueries):
             self._rel: Relation = PandasRelation(data.iloc[0:0], np.empty(0, np.int64))
             self.insert(data, budget, id_column=id_column, _existing="keep")
         else:
+            import pyarrow
+
             from dprivacy.tables.budgets import budget_table, engine_budgets, spark_budgets
             from dprivacy.tables.relations import engine
 
@@ -157,8 +159,9 @@ class ProPerTable(LiveData, NoisyQueries):
             if isinstance(ledger, spark_budgets.SparkBudgetTable):  # budgets held in the cluster
                 self._rel, self._budgets = ledger.attach(rel, b, id_column=id_column)
             else:
-                self._rel, self._budgets = engine_budgets.proper_budgets(rel, b, ledger=ledger,
-                                                                         id_column=id_column)
+                self._rel, self._budgets = engine_budgets.proper_budgets(
+                    rel, b, ledger=ledger, id_column=id_column,
+                    source=data if isinstance(data, (pd.DataFrame, pyarrow.Table)) else None)
             self._ledger = self._budgets
 
     def _derive(self, rel: Relation, unique: bool) -> ProPerTable:

@@ -45,6 +45,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+import ibis.expr.operations as ops
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -53,13 +54,17 @@ import pyarrow.compute as pc
 from dprivacy.errors import UnknownRecordError, ValidationError
 from dprivacy.tables.budgets import slot_kernels
 from dprivacy.tables.budgets.ledger import _MAX_UNITS, _PER_EPS, scalar_units
-from dprivacy.tables.budgets.slot_store import LedgerLockTimeout, SlotStore
+from dprivacy.tables.budgets.row_alignment import RowAlignment, mask_plan
+from dprivacy.tables.budgets.slot_store import LedgerLockTimeout, RowsChanged, SlotStore
 
 if TYPE_CHECKING:
     from dprivacy.tables.relations.engine.relation import IbisRelation
     from dprivacy.tables.relations.protocol import ElementCosts
 
 __all__ = ["BudgetTable", "LedgerLockTimeout"]
+
+_ALIGNED_SOURCES = 8  # row alignments kept per budget table (the most recently registered)
+_MASK_PLANS = 256  # mask plans of where-chains kept per budget table
 
 
 class BudgetTable:
@@ -76,6 +81,8 @@ class BudgetTable:
         self.store = SlotStore(self.path, timeout=timeout)
         self.timeout = float(timeout)
         self.last_query_id: int | None = None
+        self._rows: dict[Any, RowAlignment] = {}  # root plan -> its rows' slots
+        self._plans: dict[Any, tuple[RowAlignment, Any]] = {}  # where-chain -> its mask plan
         if self.store.size >= slot_kernels.JIT_MIN_SLOTS:
             slot_kernels.warm()  # compile the charge kernel now, not in the first query
 
@@ -145,14 +152,84 @@ class BudgetTable:
         from dprivacy.tables.relations.engine.relation import PID
 
         t = rel.table
+        aligned = self._aligned_rows(rel)
+        if aligned is not None:
+            out = self._pay_rows(rel, aligned[0], aligned[1], units, label)
+            if out is not None:
+                return out
         chunks = [_int_chunk(ch) for ch in rel.engine.column_chunks(t.select(id=t[PID]))]
         with self.store.locked() as s:
             bits, payers, bottom = s.charge_stream(chunks, units, label)
             self.last_query_id = s.next_query - 1
             ids = s.ids
+        return self._kept(rel, ids, bits, payers, bottom)
+
+    def _pay_rows(self, rel: IbisRelation, al: RowAlignment, plan: Any, units: int,
+                  label: str | None) -> IbisRelation | None:
+        """The where-chain ``rel`` charged from one byte per source row (see
+        :mod:`~dprivacy.tables.budgets.row_alignment`); None (nothing charged) if the source
+        changed since it was registered."""
+        if not al.engine_keeps_order():
+            return None
+        if not al.source_unchanged():
+            self._rows.pop(al.op, None)
+            return None
+        masks = [_mask_chunk(ch) for ch in rel.engine.column_chunks(plan)]
+        try:
+            with self.store.locked() as s:
+                bits, payers, bottom = s.charge_stream(masks, units, label, rows=al.n,
+                                                       row_slots=al.slots)
+                self.last_query_id = s.next_query - 1
+                ids = s.ids
+        except RowsChanged:  # the source changed under the query: nothing was charged
+            self._rows.pop(al.op, None)
+            return None
+        return self._kept(rel, ids, bits, payers, bottom)
+
+    @staticmethod
+    def _kept(rel: IbisRelation, ids: np.ndarray, bits: np.ndarray, payers: int,
+              bottom: int) -> IbisRelation:
         out = rel.keep_ids_later(lambda: ids[np.flatnonzero(np.unpackbits(bits, count=ids.size))])
         out.known_count = bottom + payers
         return out
+
+    # ------------------------------------------------------------------ row alignment
+    def align(self, root: IbisRelation, source: Any, id_column: str | None,
+              ids: np.ndarray) -> None:
+        """Remember the slot of each row of a registered source (``ids``: its person ids in row
+        order), so that where-chains over ``root`` are charged from one byte per row (see
+        :mod:`~dprivacy.tables.budgets.row_alignment`). Sources that cannot be checked are
+        left out (their queries take the general path)."""
+        if root.engine.name != "duckdb" or not RowAlignment.supported(source, id_column):
+            return
+        with self.store.locked() as s:
+            slots, known = s.lookup(np.asarray(ids, dtype=np.int64))
+        if known:
+            al = RowAlignment(root, source, id_column, slots)
+            self._rows[al.op] = al
+            while len(self._rows) > _ALIGNED_SOURCES:
+                self._rows.pop(next(iter(self._rows)))
+
+    def _aligned_rows(self, rel: IbisRelation) -> tuple[RowAlignment, Any] | None:
+        if not self._rows:
+            return None
+        top = rel.table.op()
+        hit = self._plans.get(top)
+        if hit is not None and self._rows.get(hit[0].op) is hit[0]:
+            return hit
+        op = top
+        while isinstance(op, ops.Filter):
+            op = op.parent
+        al = self._rows.get(op)
+        if al is None:
+            return None
+        plan = mask_plan(rel.table, al.root.table)
+        if plan is None:
+            return None
+        self._plans[top] = (al, plan)  # built once per where-chain
+        while len(self._plans) > _MASK_PLANS:
+            self._plans.pop(next(iter(self._plans)))
+        return al, plan
 
     # ------------------------------------------------------------------ curator's view
     def remaining(self, ids: Any) -> np.ndarray:
@@ -193,6 +270,13 @@ def _ints(at: pa.Table, name: str) -> np.ndarray:
     if at.num_rows == 0:
         return np.zeros(0, dtype=np.int64)
     return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _mask_chunk(chunk: pa.Array) -> np.ndarray:
+    """One Arrow chunk of uint8 selection flags (NULL: not selected) as numpy."""
+    if chunk.null_count:
+        chunk = pc.fill_null(chunk, 0)
+    return np.asarray(chunk.to_numpy(zero_copy_only=False), dtype=np.uint8)
 
 
 def _int_chunk(chunk: pa.Array) -> np.ndarray:

@@ -5,6 +5,7 @@ relation their ids (stable identities from a column, or fresh dense ids drawn fr
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import ibis
 import numpy as np
@@ -18,7 +19,8 @@ __all__ = ["proper_budgets"]
 
 def proper_budgets(rel: IbisRelation, budget: float | str, *,
                    ledger: BudgetTable | str | os.PathLike | None = None,
-                   id_column: str | None = None) -> tuple[IbisRelation, BudgetTable]:
+                   id_column: str | None = None,
+                   source: Any = None) -> tuple[IbisRelation, BudgetTable]:
     """Register ``rel``'s individuals in a budget table; return the relation carrying their ids.
 
     Parameters:
@@ -28,6 +30,9 @@ def proper_budgets(rel: IbisRelation, budget: float | str, *,
         ledger: a :class:`BudgetTable`, the path of its DuckDB file, or None (in memory).
         id_column: the column of stable identities (distinct non-negative integers). Without
             it, fresh ids are drawn from the ledger (and a new run gets new budgets).
+        source: the pandas frame or Arrow table ``rel`` was made from, if any: its rows are
+            then aligned with the budgets (where-chains are charged from one byte per row,
+            see :mod:`~dprivacy.tables.budgets.row_alignment`).
 
     Returns:
         (the relation with ids, the budget table).
@@ -58,14 +63,20 @@ def proper_budgets(rel: IbisRelation, budget: float | str, *,
         with_ids = rel.with_table(t.mutate(**{PID: t[id_column].try_cast("int64")}), unique=True)
         fresh = False
     else:
-        with_ids, fresh = _fresh_ids(rel, budgets), True
+        with_ids, source = _fresh_ids(rel, budgets)
+        fresh = True
     tt = with_ids.table
-    budgets.register(rel.engine.arrow(tt.select(id=tt[PID], budget=b)), fresh=fresh)
+    at = rel.engine.arrow(tt.select(id=tt[PID], budget=b))
+    budgets.register(at, fresh=fresh)
+    if source is not None and at.column("id").null_count == 0:
+        ids = np.asarray(at.column("id").to_numpy(zero_copy_only=False), dtype=np.int64)
+        budgets.align(with_ids, source, id_column, ids)
     return with_ids, budgets
 
 
-def _fresh_ids(rel: IbisRelation, budgets: BudgetTable) -> IbisRelation:
-    """``rel`` materialised once with fresh, dense ids (stable over re-runs of the plan)."""
+def _fresh_ids(rel: IbisRelation, budgets: BudgetTable) -> tuple[IbisRelation, Any]:
+    """``rel`` materialised once with fresh, dense ids (stable over re-runs of the plan), and
+    the Arrow table that holds it."""
     eng = rel.engine
     n = rel.count()
     start = budgets.new_ids(n)
@@ -73,4 +84,4 @@ def _fresh_ids(rel: IbisRelation, budgets: BudgetTable) -> IbisRelation:
     numbered = rel.table.select(*cols).mutate(
         **{PID: ibis.row_number().over() + ibis.literal(start, "int64")})
     at = eng.arrow(numbered)
-    return IbisRelation(eng, eng.register_frame(at, "ids"), unique=True)
+    return IbisRelation(eng, eng.register_frame(at, "ids"), unique=True), at

@@ -29,3 +29,26 @@ def charge(slots: np.ndarray, remaining: np.ndarray, paid: np.ndarray,
         remaining[s] = r - amount * p
         paid[s] = paid[s] | p
     return negative
+
+
+@numba.njit(cache=True, nogil=True)
+def charge_rows(mask: np.ndarray, first: int, row_slots: np.ndarray, identity: bool,
+                remaining: np.ndarray, paid: np.ndarray,
+                amount: int) -> int:  # pragma: no cover - compiled
+    """Rows ``first + i`` with ``mask[i] != 0`` are selected; a selected row's slot is the row
+    number (``identity``) or ``row_slots[row]``; each selected slot is charged as by
+    :func:`charge`. Returns the number of selected rows."""
+    n = remaining.size
+    selected = 0
+    for i in range(mask.size):
+        if mask[i] == 0:
+            continue
+        selected += 1
+        s = first + i if identity else row_slots[first + i]
+        if s < 0 or s >= n:
+            continue
+        r = remaining[s]
+        p = (r >= amount) & (not paid[s])
+        remaining[s] = r - amount * p
+        paid[s] = paid[s] | p
+    return selected

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["charge_chunk", "credit", "warm", "compiled"]
+__all__ = ["charge_chunk", "charge_rows", "credit", "warm", "compiled"]
 
 JIT_MIN_SLOTS = 1 << 16  # smaller stores use the numpy kernel (no compile)
 _lock = threading.Lock()
@@ -26,13 +26,19 @@ _jit: Any = None  # the compiled kernel; False once compiling failed or numba is
 
 
 def _compile() -> Any:
-    from dprivacy.tables.budgets.slot_jit import charge
+    from dprivacy.tables.budgets import slot_jit
 
     probe = np.zeros(2, np.int64)  # compile (or load from numba's cache) now, for writeable
-    charge(probe, np.ones(2, np.int64), np.zeros(2, np.bool_), 1)
+    slot_jit.charge(probe, np.ones(2, np.int64), np.zeros(2, np.bool_), 1)
     probe.flags.writeable = False  # and read-only slots (zero-copy Arrow chunks)
-    charge(probe, np.ones(2, np.int64), np.zeros(2, np.bool_), 1)
-    return charge
+    slot_jit.charge(probe, np.ones(2, np.int64), np.zeros(2, np.bool_), 1)
+    mask, dummy = np.zeros(2, np.uint8), np.zeros(0, np.int64)
+    for writeable in (True, False):
+        mask.flags.writeable = writeable
+        for row_slots in (dummy, probe):  # no row slots (identity), and read-only ones
+            slot_jit.charge_rows(mask, 0, row_slots, True, np.ones(2, np.int64),
+                                 np.zeros(2, np.bool_), 1)
+    return slot_jit
 
 
 def warm() -> bool:
@@ -64,8 +70,29 @@ def charge_chunk(slots: np.ndarray, remaining: np.ndarray, paid: np.ndarray, amo
     if jit:
         k = compiled() if warm() else None
         if k is not None:
-            return int(k(slots, remaining, paid, int(amount)))
+            return int(k.charge(slots, remaining, paid, int(amount)))
     return _charge_numpy(slots, remaining, paid, int(amount))
+
+
+def charge_rows(mask: np.ndarray, first: int, row_slots: np.ndarray | None,
+                remaining: np.ndarray, paid: np.ndarray, amount: int, *,
+                jit: bool | None = None) -> int:
+    """Charge the rows ``first + i`` where the uint8 ``mask[i]`` is non-zero (a chunk of a
+    source's rows in order); a row's slot is its number (``row_slots`` None) or
+    ``row_slots[row]``. As :func:`charge_chunk` otherwise; returns the number of selected
+    rows."""
+    if jit is None:
+        jit = remaining.size >= JIT_MIN_SLOTS and warm()
+    if jit:
+        k = compiled() if warm() else None
+        if k is not None:
+            dummy = row_slots if row_slots is not None else np.zeros(0, np.int64)
+            return int(k.charge_rows(mask, int(first), dummy, row_slots is None, remaining,
+                                     paid, int(amount)))
+    rows = np.flatnonzero(mask) + int(first)
+    slots = rows if row_slots is None else row_slots[rows]
+    _charge_numpy(slots, remaining, paid, int(amount))
+    return int(rows.size)
 
 
 def _charge_numpy(slots: np.ndarray, remaining: np.ndarray, paid: np.ndarray,

@@ -58,7 +58,7 @@ from dprivacy.tables.budgets.slot_records import (
     _unpack,
 )
 
-__all__ = ["SlotStore", "LedgerLockTimeout"]
+__all__ = ["SlotStore", "LedgerLockTimeout", "RowsChanged"]
 
 COMPACT_BYTES_PER_SLOT = 4  # fold the records into a snapshot beyond this many bytes per person
 
@@ -66,6 +66,10 @@ COMPACT_BYTES_PER_SLOT = 4  # fold the records into a snapshot beyond this many 
 class LedgerLockTimeout(DPrivacyError):
     """The budget file stayed locked by other processes for longer than the timeout; nothing
     was charged."""
+
+
+class RowsChanged(DPrivacyError):
+    """A source's row count changed while its rows were being charged (nothing was)."""
 
 
 class SlotStore:
@@ -229,7 +233,8 @@ class SlotStore:
         self._committed(qid, label, payers, total, written[0] if written else 0)
         return qid
 
-    def charge_stream(self, chunks: Iterable[np.ndarray], amount: int, label: str | None
+    def charge_stream(self, chunks: Iterable[np.ndarray], amount: int, label: str | None, *,
+                      rows: int | None = None, row_slots: np.ndarray | None = None
                       ) -> tuple[np.ndarray, int, int]:
         """Charge ``amount`` to each person listed in ``chunks`` (person ids as they stream
         out of the engine; each person pays at most once, a negative id is a ⊥ record and an
@@ -241,7 +246,12 @@ class SlotStore:
         charge_chunk`: the same work whoever pays); the record (the payers' bitmap, the same
         size whoever pays) is appended and synced once the stream ends, before this returns.
         If the stream or the commit fails, the debits are undone before the error propagates:
-        the charge never happened."""
+        the charge never happened.
+
+        ``rows``: the chunks are instead a source's ``rows`` rows in order, one uint8 per row
+        (non-zero: selected), row r being slot r (``row_slots`` None) or ``row_slots[r]``
+        (:mod:`~dprivacy.tables.budgets.row_alignment`); a stream of another length raises
+        :class:`RowsChanged` (nothing charged)."""
         amount = int(amount)
         index = self.index()
         rem = self.remaining
@@ -249,6 +259,14 @@ class SlotStore:
         bottom = 0
         qid = self.next_query
         try:
+            if rows is not None:
+                first = 0
+                for m in chunks:
+                    slot_kernels.charge_rows(m, first, row_slots, rem, paid, amount)
+                    first += int(m.size)
+                if first != rows:
+                    raise RowsChanged(f"the source has {first} rows, not {rows}")
+                chunks = ()
             for a in chunks:
                 if index.identity:
                     bottom += slot_kernels.charge_chunk(a, rem, paid, amount)

@@ -196,3 +196,31 @@ def test_register_accepts_arrow_ids_with_nulls_as_bottom():
     rel = relation_from(df, "duckdb", id_column="pid")
     assert table.pay(rel, 0.25).count() == 3
     assert list(table.remaining([0, 1])) == [0.75, 0.75]
+
+
+@needs_jit
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 30), data=st.data())
+def test_compiled_and_numpy_row_kernels_agree(n, data):
+    """Rows selected by a uint8 mask, in chunks, identity or permuted row -> slot: both
+    kernels charge exactly what charging the selected rows' slots one by one does."""
+    amount = data.draw(st.integers(0, 5))
+    start = np.array(data.draw(st.lists(st.integers(0, 12), min_size=n, max_size=n)), np.int64)
+    mask = np.array(data.draw(st.lists(st.integers(0, 1), min_size=n, max_size=n)), np.uint8)
+    perm = data.draw(st.booleans())
+    row_slots = np.random.default_rng(n).permutation(n).astype(np.int64) if perm else None
+    cut = data.draw(st.integers(0, n))
+    results = []
+    for how in ("python", "jit", "numpy"):
+        rem, paid = start.copy(), np.zeros(n, dtype=bool)
+        if how == "python":
+            rows = np.flatnonzero(mask)
+            _python_charge(rows if row_slots is None else row_slots[rows], rem, paid, amount)
+        else:
+            for first, part in ((0, mask[:cut]), (cut, mask[cut:])):
+                ro = part.copy()
+                ro.flags.writeable = False
+                slot_kernels.charge_rows(ro, first, row_slots, rem, paid, amount,
+                                         jit=how == "jit")
+        results.append((rem.tolist(), paid.tolist()))
+    assert results[0] == results[1] == results[2]
