@@ -26,6 +26,7 @@ from solvers.errors import SolverError
 from solvers.strategy.basis import Basis, Mat, is_sparse
 from solvers.strategy.bound import best_bound
 from solvers.strategy.constraint import PairSet, materialise, strategy_scan
+from solvers.strategy.grid import detect_grid, grid_strategy
 from solvers.strategy.objective import Objective, answer_map, gram
 from solvers.strategy.optimize import blas_threads, polish
 from solvers.strategy.rowspace import rowspace_strategy
@@ -40,10 +41,12 @@ from solvers.strategy.starts import (
 __all__ = ["Basis", "StrategyResult", "answer_map", "choose_basis", "materialise",
            "optimize_strategy", "strategy_scan"]
 
-STARTS = ("identity", "tree", "design", "hierarchical", "marginals", "rowspace")
+STARTS = ("identity", "tree", "design", "hierarchical", "marginals", "rowspace", "grid")
 #: The row-space start (A = M Q', :mod:`solvers.strategy.rowspace`) for workloads of at most
 #: this many queries over at most this many pairs (every pair in an r x P matrix).
 ROWSPACE_MAX_M, ROWSPACE_MAX_PAIRS = 40, 1_000_000
+#: Share of the time limit the coarse-to-fine grid polishing may use (the rest: exact checks).
+GRID_SHARE = 0.75
 #: Above this many coordinates only structured starts are compared (no dense K x K algebra).
 DENSE_LIMIT = 2048
 #: All pairs form the working set up to this many pairs; beyond it the most loaded pairs do.
@@ -164,6 +167,12 @@ def _optimize(F: Any, cs: ConstraintSet, u: np.ndarray | None, coords: np.ndarra
         raise SolverError(f"unknown starts {sorted(unknown)}; choose from {STARTS}")
     cands: dict[str, Mat] = {}
     notes: dict[str, Any] = {}
+    # a regular 2-D grid of points: coarse-to-fine polishing replaces the generic polish and the
+    # starts that do badly on grids (a spanning tree, the k-d hierarchy)
+    grid = (detect_grid(coords) if "grid" in wanted and centre and cs.kind != "edges"
+            and K <= DENSE_LIMIT and rounds > 0 else None)
+    if grid is not None:
+        wanted = tuple(w for w in wanted if w not in ("tree", "hierarchical"))
     if "identity" in wanted:
         cands["identity"] = identity_start(basis, edge_eps)
     if "tree" in wanted and centre and K <= DENSE_LIMIT:
@@ -208,14 +217,20 @@ def _optimize(F: Any, cs: ConstraintSet, u: np.ndarray | None, coords: np.ndarra
         Fd = np.asarray(sp.csr_array(Fm).toarray() if is_sparse(Fm) else Fm, dtype=np.float64)
         cands["rowspace"], notes["rowspace"] = rowspace_strategy(
             Fd, ri, rj, re, u=u, deadline=t0 + 0.8 * (deadline - t0))
+    history: dict[str, list[dict]] = {}
+    if grid is not None:
+        Cg, history["grid"] = grid_strategy(gram(FK, centre), cs, grid,
+                                            deadline=t0 + GRID_SHARE * float(time_limit),
+                                            rounds=rounds, maxiter=maxiter,
+                                            memory_bytes=memory_bytes)
+        cands["grid"] = Cg
     for name, C in cands.items():
         scores[name] = exact_score(C)
     if not scores or not any(np.isfinite(v) for v in scores.values()):
         raise SolverError(f"no start gave a finite error ({scores}); is every query answerable?")
     ranked = sorted((v, k) for k, v in scores.items() if np.isfinite(v))
     best_name, best_C, best_err = ranked[0][1], cands[ranked[0][1]], ranked[0][0]
-    history: dict[str, list[dict]] = {}
-    if K <= DENSE_LIMIT and rounds > 0:
+    if K <= DENSE_LIMIT and rounds > 0 and grid is None:
         obj = Objective(gram(FK, centre), centre)
         for _, name in ranked[:max(1, polish_top)]:
             if name == "rowspace":  # polished in its own (reduced) coordinates already
