@@ -9,6 +9,7 @@ record, so the total n is known exactly and only the component of x orthogonal t
 :func:`optimize_strategy` picks the best of several starts (the identity / Blowfish transform,
 the (w, beta) design A = diag(u) F, a k-d hierarchy, weighted marginals) by their exact error and
 polishes it by gradient descent on ``c(A)^2 ||F A^+||_F^2`` (:mod:`solvers.strategy.optimize`).
+Points on a regular 2-D grid are instead polished coarse to fine (:mod:`solvers.strategy.grid`).
 numpy / scipy only; never imports dprivacy.
 """
 
@@ -27,6 +28,7 @@ from solvers.strategy.basis import Basis, Mat, is_sparse
 from solvers.strategy.bound import best_bound
 from solvers.strategy.constraint import PairSet, materialise, strategy_scan
 from solvers.strategy.grid import detect_grid, grid_strategy
+from solvers.strategy.implicit import basis_gram
 from solvers.strategy.objective import Objective, answer_map, gram
 from solvers.strategy.optimize import blas_threads, polish
 from solvers.strategy.rowspace import rowspace_strategy
@@ -46,7 +48,7 @@ STARTS = ("identity", "tree", "design", "hierarchical", "marginals", "rowspace",
 #: this many queries over at most this many pairs (every pair in an r x P matrix).
 ROWSPACE_MAX_M, ROWSPACE_MAX_PAIRS = 40, 1_000_000
 #: Share of the time limit the coarse-to-fine grid polishing may use (the rest: exact checks).
-GRID_SHARE = 0.75
+GRID_SHARE = 0.85
 #: Above this many coordinates only structured starts are compared (no dense K x K algebra).
 DENSE_LIMIT = 2048
 #: All pairs form the working set up to this many pairs; beyond it the most loaded pairs do.
@@ -94,7 +96,8 @@ def optimize_strategy(F: Any, cs: ConstraintSet, *, u: np.ndarray | None = None,
                       starts: tuple[str, ...] | None = None, rounds: int = 6, maxiter: int = 150,
                       time_limit: float = 600.0, polish_top: int = 1, active_k: int | None = None,
                       lower_bound: bool = True, memory_bytes: int = 2**30,
-                      threads: int | None = 1) -> StrategyResult:
+                      threads: int | None = 1, gram_matrix: np.ndarray | None = None
+                      ) -> StrategyResult:
     """Design a strategy for the workload F (m x N) under the pair constraints ``cs``.
 
     Parameters
@@ -104,8 +107,9 @@ def optimize_strategy(F: Any, cs: ConstraintSet, *, u: np.ndarray | None = None,
         the tree basis, :class:`Basis`).
     u : u = w beta of a (w, beta) design, for the ``design`` start (computed with
         ``solvers.design(method="exact")`` when that start is asked for and u is not given).
-    coords : (N, d) points, for the ``hierarchical`` start.  codes : (N, k) attribute codes of a
-        product universe, for the ``marginals`` start.
+    coords : (N, d) points, for the ``hierarchical`` start (and the ``grid`` start when they fill
+        a regular 2-D lattice: coarse-to-fine polishing, :mod:`solvers.strategy.grid`).
+    codes : (N, k) attribute codes of a product universe, for the ``marginals`` start.
     starts : which starts to compare (default: every one that applies).
     rounds, maxiter : gradient rounds and L-BFGS iterations per round.
     time_limit : seconds after which no new round starts.
@@ -113,6 +117,8 @@ def optimize_strategy(F: Any, cs: ConstraintSet, *, u: np.ndarray | None = None,
     active_k : pairs added to the working set per round (default 20 N).
     threads : BLAS threads while optimising (default 1, the fastest on a shared machine;
         None leaves the BLAS setting alone).
+    gram_matrix : ``F' F`` (N, N) when known in closed form (:mod:`solvers.strategy.implicit`);
+        the optimisation then never forms it from F (F is used for the answer map only).
 
     Returns
     -------
@@ -120,13 +126,13 @@ def optimize_strategy(F: Any, cs: ConstraintSet, *, u: np.ndarray | None = None,
     """
     with blas_threads(threads):
         return _optimize(F, cs, u, coords, codes, starts, rounds, maxiter, time_limit, polish_top,
-                         active_k, lower_bound, memory_bytes)
+                         active_k, lower_bound, memory_bytes, gram_matrix=gram_matrix)
 
 
 def _optimize(F: Any, cs: ConstraintSet, u: np.ndarray | None, coords: np.ndarray | None,
               codes: np.ndarray | None, starts: tuple[str, ...] | None, rounds: int, maxiter: int,
               time_limit: float, polish_top: int, active_k: int | None, lower_bound: bool,
-              memory_bytes: int) -> StrategyResult:
+              memory_bytes: int, *, gram_matrix: np.ndarray | None = None) -> StrategyResult:
     t0 = time.perf_counter()
     deadline = t0 + float(time_limit)
     N = cs.N  # noqa: N806
@@ -135,6 +141,13 @@ def _optimize(F: Any, cs: ConstraintSet, u: np.ndarray | None, coords: np.ndarra
         raise SolverError(f"F must be (m, {N}), got shape {Fm.shape}")
     basis = choose_basis(cs)
     FK, f0 = basis.workload(Fm)
+    grams: list[np.ndarray] = []
+
+    def G_K() -> np.ndarray:  # noqa: N802 (the workload's Gram matrix in the basis, once)
+        if not grams:
+            grams.append(gram(FK, basis.kind == "identity") if gram_matrix is None
+                         else basis_gram(basis, gram_matrix))
+        return grams[0]
     centre = basis.kind == "identity"
     K = basis.K  # noqa: N806
     if basis.kind == "tree":
@@ -202,7 +215,7 @@ def _optimize(F: Any, cs: ConstraintSet, u: np.ndarray | None, coords: np.ndarra
         return 2.0 * float((M.multiply(M)).sum() if is_sparse(M) else np.sum(M * M))
 
     if "marginals" in wanted and codes is not None and centre and K <= DENSE_LIMIT:
-        obj_m = Objective(gram(FK, centre), centre)
+        obj_m = Objective(G_K(), centre)
 
         def quick_score(C: np.ndarray) -> float:  # full-rank stacks of marginals: no pinv needed
             c = check(C)[0]
@@ -219,7 +232,7 @@ def _optimize(F: Any, cs: ConstraintSet, u: np.ndarray | None, coords: np.ndarra
             Fd, ri, rj, re, u=u, deadline=t0 + 0.8 * (deadline - t0))
     history: dict[str, list[dict]] = {}
     if grid is not None:
-        Cg, history["grid"] = grid_strategy(gram(FK, centre), cs, grid,
+        Cg, history["grid"] = grid_strategy(G_K(), cs, grid,
                                             deadline=t0 + GRID_SHARE * float(time_limit),
                                             rounds=rounds, maxiter=maxiter,
                                             memory_bytes=memory_bytes)
@@ -231,7 +244,7 @@ def _optimize(F: Any, cs: ConstraintSet, u: np.ndarray | None, coords: np.ndarra
     ranked = sorted((v, k) for k, v in scores.items() if np.isfinite(v))
     best_name, best_C, best_err = ranked[0][1], cands[ranked[0][1]], ranked[0][0]
     if K <= DENSE_LIMIT and rounds > 0 and grid is None:
-        obj = Objective(gram(FK, centre), centre)
+        obj = Objective(G_K(), centre)
         for _, name in ranked[:max(1, polish_top)]:
             if name == "rowspace":  # polished in its own (reduced) coordinates already
                 continue
@@ -263,7 +276,7 @@ def _optimize(F: Any, cs: ConstraintSet, u: np.ndarray | None, coords: np.ndarra
     err = 2.0 * float((M.multiply(M)).sum() if is_sparse(M) else np.sum(M * M))
     lb = None
     if lower_bound and K <= DENSE_LIMIT:
-        G = gram(FK, centre)
+        G = G_K()
         lb = best_bound(G, base.I, base.J, base.eps) if complete else \
             best_bound(G, *_nearest_pairs(cs, N))
     rs_bound = notes.get("rowspace", {}).get("l2_bound")

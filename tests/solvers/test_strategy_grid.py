@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.spatial.distance import cdist
 
-from solvers import ConstraintSet
+from solvers import ConstraintSet, SolverError
 from solvers.strategy import optimize_strategy
 from solvers.strategy.grid import block_budget, coarse_gram, coarsen, detect_grid, lift
 from solvers.strategy.lowrank import LowRankObjective, gram_factor
@@ -141,3 +141,59 @@ def test_grid_optimiser_is_private_by_brute_force_and_beats_its_starts():
     assert res.error == pytest.approx(known_total_error(F, A), rel=1e-6)
     assert res.error < 0.8 * res.report["starts"]["identity"]
     assert res.lower_bound is not None and res.lower_bound <= res.error
+
+
+def all_rectangles(nx: int, ny: int) -> np.ndarray:
+    rows = []
+    for a0, a1 in itertools.combinations_with_replacement(range(nx), 2):
+        for b0, b1 in itertools.combinations_with_replacement(range(ny), 2):
+            r = np.zeros((nx, ny))
+            r[a0:a1 + 1, b0:b1 + 1] = 1.0
+            rows.append(r.ravel())
+    return np.array(rows)
+
+
+def test_closed_form_grams_equal_the_explicit_ones():
+    from solvers.strategy.implicit import prefix_gram, range_gram, rectangle_gram
+
+    F = np.array([r for r in all_rectangles(1, 7)])  # a line: all ranges
+    assert F.shape == (28, 7) and np.array_equal(range_gram(7), F.T @ F)
+    P = np.tril(np.ones((6, 6)))  # row b: the prefix [0, b]
+    assert np.array_equal(prefix_gram(6), P.T @ P)
+    R = all_rectangles(4, 3)
+    assert R.shape == (10 * 6, 12) and np.array_equal(rectangle_gram(4, 3), R.T @ R)
+
+
+def test_implicit_gram_gives_the_explicit_objective_and_design():
+    from solvers.strategy.implicit import basis_gram, rectangle_gram
+
+    pts = lattice(5, 4, seed=None)
+    F = all_rectangles(5, 4)
+    eps = 0.1 * cdist(pts, pts)
+    cs = ConstraintSet.dense(eps)
+    G = rectangle_gram(5, 4)
+    C = np.random.default_rng(9).standard_normal((25, 20))
+    from solvers.strategy import Basis
+
+    b = Basis.identity(20)
+    assert np.allclose(basis_gram(b, G), gram(F, True), atol=1e-9)
+    assert Objective(basis_gram(b, G), True).value(C) == pytest.approx(
+        Objective(gram(F, True), True).value(C), rel=1e-12)
+    kw = dict(coords=pts, rounds=2, maxiter=20, time_limit=30, starts=("identity", "grid"),
+              lower_bound=True)
+    r1 = optimize_strategy(F, cs, **kw)
+    r2 = optimize_strategy(F, cs, gram_matrix=G, **kw)
+    assert r2.error == pytest.approx(r1.error, rel=1e-6)
+    assert r2.lower_bound == pytest.approx(r1.lower_bound, rel=1e-6)
+    assert brute_ratio(np.asarray(r2.C), eps) <= 1 + 1e-9
+    # the tree basis of a line: B' G B
+    line = ConstraintSet.edges(np.arange(6), np.arange(1, 7), np.full(6, 0.5), 7)
+    Fl = all_rectangles(1, 7)
+    from solvers.strategy.implicit import range_gram
+
+    r3 = optimize_strategy(Fl, line, rounds=1, maxiter=10, starts=("identity",))
+    r4 = optimize_strategy(Fl, line, rounds=1, maxiter=10, starts=("identity",),
+                           gram_matrix=range_gram(7))
+    assert r4.error == pytest.approx(r3.error, rel=1e-9)
+    with pytest.raises(SolverError):
+        optimize_strategy(Fl, line, gram_matrix=np.eye(5), starts=("identity",))
