@@ -297,6 +297,11 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     fig.tight_layout()
     fig.savefig(args.out / f"{stem}.png", dpi=110)
     plt.close(fig)
+    if "cores" in only:  # the scaling rows also as times per thread count
+        from experiments import bench_tables_cores
+
+        scaling = table[table["benchmark"].str.startswith("cores: ")].reset_index(drop=True)
+        bench_tables_cores.plot(scaling, args.out / f"{stem}_scaling.png")
     print()
     print(table.to_string(index=False, float_format="%.4f"))
     return table

@@ -1,10 +1,10 @@
 """Scaling with the number of cores: 1 vs 2 threads for counts, the ProPer charge and a release.
 
 Issue 24's benchmark item "scaling with the number of cores (1 vs 2 processes/threads) for the
-count and the ProPer charge". Each thread count runs in its own (spawned) process in which
-DuckDB (``SET threads``, on the library's engine and on the reference connection) and the
-numpy/BLAS thread pools (``threadpoolctl``) are limited to that many threads; both processes
-build the same data. In each process, medians over interleaved runs of:
+count and the ProPer charge". One spawned process builds the data and alternates between 1 and
+2 threads before every round (DuckDB's ``SET threads`` on the library's engine and on the
+reference connection, and the numpy/BLAS pools through ``threadpoolctl``), so that a varying
+load on a shared machine hits both thread counts alike. Medians over the rounds of:
 
 * ``exact count``: DuckDB's ``SELECT count(*) FROM frame WHERE x > 0.5`` on the registered frame
   (the reference of every row);
@@ -13,12 +13,14 @@ build the same data. In each process, medians over interleaved runs of:
 * ``ProPer charge``: the same count on a ``ProPerTable`` with a durable budget store, every
   selected person paying (budgets large enough that nobody runs out), one query per run;
 * ``d_X release``: the 1000-group histogram release from Parquet (``--rows`` records), against
-  the exact GROUP BY of the same file in the same process.
+  the exact GROUP BY of the same file (its reference; the others' is the exact count).
 
 Reported per workload: time with 1 and with 2 threads, the speed-up (t1 / t2), and the ratio to
 the exact reference at each thread count. Run: ``python -m experiments.bench_tables_cores``
 (10^7 rows) or ``--quick``; also ``python -m experiments.bench_tables --only cores``. Writes
-``experiments/results/bench_tables_cores.csv`` and ``.png`` (``_quick`` for --quick).
+``experiments/results/bench_tables_cores.csv`` and ``bench_tables_cores_scaling.png`` (``_quick``
+for --quick; through ``bench_tables --only cores`` the CSV and the ``_scaling.png`` have the same
+names).
 """
 
 from __future__ import annotations
@@ -34,8 +36,12 @@ RESULTS = Path(__file__).resolve().parent / "results"
 WORKLOADS = ("exact count", "dprivacy noisy count", "ProPer charge", "d_X release (1000 groups)")
 
 
-def _child(threads: int, rows: int, repeats: int, tmp: str, queue: Any) -> None:
-    """Everything measured with ``threads`` threads; puts {workload: (median s, ref median s)}."""
+def _child(rows: int, repeats: int, tmp: str, queue: Any) -> None:
+    """Everything measured with 1 and with 2 threads, interleaved (1, 2, 1, 2, ...: the machine's
+    load hits both alike); puts {threads: {workload: (median s, median s of its reference)}}."""
+    import gc
+    import time
+
     import duckdb
     import numpy as np
     from ibis import _
@@ -47,50 +53,56 @@ def _child(threads: int, rows: int, repeats: int, tmp: str, queue: Any) -> None:
     from experiments import bench_tables_speed as speed
     from experiments.bench_tables import make_frame
 
-    threadpool_limits(limits=threads)
-    default_duckdb().raw.execute(f"SET threads = {threads}")
     con = duckdb.connect()
-    con.execute(f"SET threads = {threads}")
     df = make_frame(rows)
     con.register("frame", df)
-
-    def exact() -> int:
-        return con.execute("SELECT count(*) FROM frame WHERE x > 0.5").fetchall()[0][0]
-
-    def noisy() -> float:
-        return Queryable(df, 1e9, backend="duckdb").where(_.x > 0.5).noisy_count(0.1)
-
-    store = Path(tmp) / f"cores_{threads}.dpb"
-    for f in (store, Path(f"{store}.lock")):
-        if f.exists():
-            f.unlink()
-    p = ProPerTable(df, 1e6, id_column="id", ledger=str(store), backend="duckdb")
-    sel = p.where(_.x > 0.5)
-
-    def proper() -> float:
-        return sel.noisy_count(0.1)
-
-    t = speed.run_times({"exact": exact, "noisy": noisy, "proper": proper}, repeats)
-    out = {"exact count": (statistics.median(t["exact"]), statistics.median(t["exact"])),
-           "dprivacy noisy count": (statistics.median(t["noisy"]), statistics.median(t["exact"])),
-           "ProPer charge": (statistics.median(t["proper"]), statistics.median(t["exact"]))}
-
     groups = Path(tmp) / f"groups_{rows}.parquet"
     G = speed.GROUPS
     U = dp.Universe.from_domains({"key": list(range(G))})
     W = dp.Workload(np.eye(G))
     M = dp.metrics.Discrete(eps=1.0)
     D = dp.Design(w=np.ones(G), beta=np.full(G, 0.5), constraints=M.constraint_set(U))
+    store = Path(tmp) / "cores.dpb"
+    for f in (store, Path(f"{store}.lock")):
+        if f.exists():
+            f.unlink()
+    sel = ProPerTable(df, 1e6, id_column="id", ledger=str(store), backend="duckdb"
+                      ).where(_.x > 0.5)
+    fns = {
+        "exact count": lambda: con.execute("SELECT count(*) FROM frame WHERE x > 0.5").fetchall(),
+        "dprivacy noisy count": lambda: Queryable(df, 1e9, backend="duckdb").where(_.x > 0.5)
+        .noisy_count(0.1),
+        "ProPer charge": lambda: sel.noisy_count(0.1),
+        "GROUP BY": lambda: con.execute(f"SELECT key, count(*) FROM read_parquet('{groups}') "
+                                        "GROUP BY key").fetchall(),
+        "d_X release (1000 groups)": lambda: Queryable(str(groups), 1e9).histogram(U)
+        .release(W, D),
+    }
+    refs = {w: "exact count" for w in WORKLOADS}
+    refs["d_X release (1000 groups)"] = "GROUP BY"
+    limits = threadpool_limits(limits=1)
 
-    def release() -> Any:
-        return Queryable(str(groups), 1e9).histogram(U).release(W, D)
+    def use(threads: int) -> None:
+        limits.restore_original_limits()
+        threadpool_limits(limits=threads)
+        default_duckdb().raw.execute(f"SET threads = {threads}")
+        con.execute(f"SET threads = {threads}")
 
-    def group_by() -> Any:
-        return con.execute(f"SELECT key, count(*) FROM read_parquet('{groups}') GROUP BY key"
-                           ).fetchall()
-
-    r = speed.run_times({"lib": release, "ref": group_by}, repeats)
-    out["d_X release (1000 groups)"] = (statistics.median(r["lib"]), statistics.median(r["ref"]))
+    times: dict[int, dict[str, list[float]]] = {n: {k: [] for k in fns} for n in (1, 2)}
+    for n in (1, 2):  # warm-up (the design is verified here, once)
+        use(n)
+        for f in fns.values():
+            f()
+    for _rep in range(repeats):
+        for n in (1, 2):
+            use(n)
+            for k, f in fns.items():
+                gc.collect()
+                t0 = time.perf_counter()
+                f()
+                times[n][k].append(time.perf_counter() - t0)
+    out = {n: {w: (statistics.median(times[n][w]), statistics.median(times[n][refs[w]]))
+               for w in WORKLOADS} for n in (1, 2)}
     queue.put(out)
 
 
@@ -101,13 +113,11 @@ def cores(rows: int, tmp: Path, repeats: int) -> list[dict]:
     tmp.mkdir(parents=True, exist_ok=True)
     speed.write_groups_parquet(tmp / f"groups_{rows}.parquet", rows)
     ctx = mp.get_context("spawn")
-    res: dict[int, dict[str, tuple[float, float]]] = {}
-    for threads in (1, 2):
-        q = ctx.Queue()
-        proc = ctx.Process(target=_child, args=(threads, rows, repeats, str(tmp), q))
-        proc.start()
-        res[threads] = q.get()
-        proc.join()
+    q = ctx.Queue()
+    proc = ctx.Process(target=_child, args=(rows, repeats, str(tmp), q))
+    proc.start()
+    res: dict[int, dict[str, tuple[float, float]]] = q.get()
+    proc.join()
     out = []
     for w in WORKLOADS:
         (t1, r1), (t2, r2) = res[1][w], res[2][w]
@@ -157,7 +167,7 @@ def main(argv: list[str] | None = None) -> Any:
     stem = "bench_tables_cores_quick" if args.quick else "bench_tables_cores"
     args.out.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.out / f"{stem}.csv", index=False)
-    plot(table, args.out / f"{stem}.png")
+    plot(table, args.out / f"{stem}_scaling.png")
     print(table.to_string(index=False, float_format="%.4f"))
     return table
 

@@ -11,6 +11,7 @@ def test_bench_tables_quick_writes_its_table(tmp_path):
     t = bench_tables.main(["--quick", "--out", str(tmp_path), "--tmp", str(tmp_path / "data")])
     assert (tmp_path / "bench_tables_quick.csv").exists()
     assert (tmp_path / "bench_tables_quick.png").exists()
+    assert (tmp_path / "bench_tables_quick_scaling.png").exists()
     assert set(t["benchmark"]) == {"where-where-noisy_count",
                                    "d_X histogram from Parquet (GROUP BY key)",
                                    "ProPer noisy_count, durable ledger",
