@@ -9,6 +9,7 @@ Example (``service.toml``; paths are relative to the file)::
     max_plan_steps = 32        # transformations per table in a plan
     max_expr_nodes = 500       # operations in one expression, after expansion
     max_growth = 16            # how much longer than the record's own data a value may get
+    max_as_pinq = 64           # as_pinq tables an analyst may hold (each keeps its payers)
 
     [[source]]
     name = "people"            # what analysts ask for
@@ -106,6 +107,7 @@ class ServiceConfig:
     max_growth: float = 16.0
     max_public_rows: int = 1000
     max_candidates: int = 1000
+    max_as_pinq: int = 64
     extra: dict[str, Any] = field(default_factory=dict)
 
     def source(self, name: str) -> SourceConfig | None:
@@ -146,7 +148,7 @@ def parse_config(doc: dict[str, Any], base: Path, default_state: Path) -> Servic
     num = (int, float)
     _take(svc, {"state_dir": str, "query_seconds": num, "max_body_bytes": int,
                 "max_plan_steps": int, "max_expr_nodes": int, "max_growth": num,
-                "max_public_rows": int, "max_candidates": int}, "[service]")
+                "max_public_rows": int, "max_candidates": int, "max_as_pinq": int}, "[service]")
     sources: list[SourceConfig] = []
     for i, s in enumerate(doc.get("source", [])):
         where = f"[[source]] #{i + 1}"
@@ -226,6 +228,7 @@ def parse_config(doc: dict[str, Any], base: Path, default_state: Path) -> Servic
         max_public_rows=_positive(svc.get("max_public_rows", 1000), "max_public_rows",
                                   integer=True),
         max_candidates=_positive(svc.get("max_candidates", 1000), "max_candidates", integer=True),
+        max_as_pinq=_positive(svc.get("max_as_pinq", 64), "max_as_pinq", integer=True),
     )
 
 

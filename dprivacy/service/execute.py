@@ -25,8 +25,6 @@ from dprivacy.service.releases import ReleaseInputs, run_release
 __all__ = ["Builder", "run_query", "schema_of"]
 
 _CACHE = 256
-#: ``as_pinq`` tables an analyst may hold at once (kept while the service runs; see Builder).
-MAX_AS_PINQ = 64
 
 
 def _fx(x: Any) -> Any:
@@ -50,16 +48,18 @@ class Builder:
         pinned: the analyst's ``as_pinq`` tables by plan prefix, never evicted: the people are
             charged ε once, when the first query reads the table, and every later query on the
             same prefix spends the table's own PINQ budget ε, as one in-process ``as_pinq``
-            call would (at most :data:`MAX_AS_PINQ`; a new one beyond is refused before any
+            call would (at most ``max_pinned``; a new one beyond is refused before any
             charge). None: no state (the shadows).
+        max_pinned: the most ``as_pinq`` tables kept (the service's ``max_as_pinq``).
     """
 
     def __init__(self, base: Callable[[str], Any],
                  cache: OrderedDict[str, Any] | None = None,
-                 pinned: dict[str, Any] | None = None) -> None:
+                 pinned: dict[str, Any] | None = None, max_pinned: int = 64) -> None:
         self.base = base
         self.cache = cache
         self.pinned = pinned
+        self.max_pinned = max_pinned
 
     def table(self, t: dict[str, Any]) -> Any:
         """The table (or a public DataFrame for ``{"public": ...}``)."""
@@ -94,9 +94,9 @@ class Builder:
         hit = self.pinned.get(key)
         if hit is not None:
             return hit
-        if len(self.pinned) >= MAX_AS_PINQ:
-            raise ValidationError(f"at most {MAX_AS_PINQ} as_pinq tables per analyst: query the "
-                                  "ones you have")
+        if len(self.pinned) >= self.max_pinned:
+            raise ValidationError(f"at most {self.max_pinned} as_pinq tables per analyst: query "
+                                  "the ones you have")
         out = self.step(cur, t["steps"][i])
         self.pinned[key] = out
         return out

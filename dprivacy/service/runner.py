@@ -116,7 +116,7 @@ class Runner:
     def _builder(self, analyst: str) -> Builder:
         return Builder(lambda s: self.owner.table(s, analyst),
                        self._cache.setdefault(analyst, OrderedDict()),
-                       self._pinned.setdefault(analyst, {}))
+                       self._pinned.setdefault(analyst, {}), self.cfg.max_as_pinq)
 
     def _charge_only(self, analyst: str, plan: Plan) -> None:
         """A query that overran before it started: its default was released, and its charge is

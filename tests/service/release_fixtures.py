@@ -33,8 +33,8 @@ def residents(n: int = 60, extra: list[dict[str, Any]] | None = None) -> pd.Data
 
 
 def write_release_service(d: Path, ppl: pd.DataFrame, *, pinq_budget: float = 100.0,
-                          query_seconds: float = 0.3, release_seconds: float | None = None
-                          ) -> Path:
+                          query_seconds: float = 0.3, release_seconds: float | None = None,
+                          service: str = "") -> Path:
     d.mkdir(parents=True, exist_ok=True)
     ppl.to_parquet(d / "people.parquet")
     ppl[["city"]].to_parquet(d / "visits.parquet")
@@ -49,6 +49,7 @@ def write_release_service(d: Path, ppl: pd.DataFrame, *, pinq_budget: float = 10
 [service]
 query_seconds = {query_seconds}
 max_body_bytes = 262144
+{service}
 
 [[source]]
 name = "people"

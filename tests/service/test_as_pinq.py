@@ -50,11 +50,8 @@ def test_as_pinq_charges_the_people_once_as_in_process(service, monkeypatch):
     assert b.remaining_budget() == 0.0
 
 
-def test_as_pinq_tables_are_capped_before_any_charge(service, monkeypatch):
-    import dprivacy.service.execute as execute
-
-    monkeypatch.setattr(execute, "MAX_AS_PINQ", 2)
-    srv = service(query_seconds=0.4)
+def test_as_pinq_tables_are_capped_before_any_charge(service):
+    srv = service(query_seconds=0.4, service="max_as_pinq = 2")
     p = connect(srv.url, key=KEYS["alice"]).table("people")
     p.as_pinq(0.2).noisy_count(0.1)
     p.where(_.city == "a").as_pinq(0.1).noisy_count(0.1)
