@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from dprivacy.tables.budgets import slot_kernels
 from dprivacy.tables.relations.engine.backends import DuckEngine
 
 if TYPE_CHECKING:
@@ -60,11 +61,11 @@ class RowAlignment:
         self.identity = bool(self.n == 0 or (int(slots[0]) == 0 and int(slots[-1]) == self.n - 1
                                              and bool(np.all(np.diff(slots) == 1))))
         self.slots = None if self.identity else slots
-        self._ids: np.ndarray | None = None
-        if isinstance(source, pd.DataFrame):
-            self._ids = _frame_ids(source, id_column)
-            if self._ids is not None:
-                self._ids = self._ids.copy()  # the column as registered
+        self._ids: np.ndarray | None = None  # the frame's id column as registered
+        ids = _frame_ids(source, id_column) if isinstance(source, pd.DataFrame) else None
+        self._ranged = ids is not None and slot_kernels.same_ids(ids, None)  # 0, 1, 2, ...
+        if ids is not None and not self._ranged:
+            self._ids = ids.copy()
 
     @staticmethod
     def supported(source: Any, id_column: str | None) -> bool:
@@ -92,8 +93,9 @@ class RowAlignment:
         if isinstance(self.source, pa.Table):
             return self.source.num_rows == self.n
         cur = _frame_ids(self.source, self.id_column)
-        return (cur is not None and self._ids is not None and cur.size == self._ids.size
-                and bool(np.array_equal(cur, self._ids)))
+        if cur is None or cur.size != self.n or (self._ids is None and not self._ranged):
+            return False
+        return slot_kernels.same_ids(cur, None if self._ranged else self._ids)
 
 
 def _frame_ids(df: pd.DataFrame, id_column: str | None) -> np.ndarray | None:

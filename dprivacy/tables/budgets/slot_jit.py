@@ -52,3 +52,17 @@ def charge_rows(mask: np.ndarray, first: int, row_slots: np.ndarray, identity: b
         remaining[s] = r - amount * p
         paid[s] = paid[s] | p
     return selected
+
+
+@numba.njit(cache=True, nogil=True)
+def same_ids(current: np.ndarray, registered: np.ndarray,
+             identity: bool) -> bool:  # pragma: no cover - compiled
+    """Whether ``current`` equals ``registered`` (``identity``: equals 0, 1, 2, ...), read
+    once, stopping at the first difference."""
+    n = current.size
+    if not identity and registered.size != n:
+        return False
+    for i in range(n):
+        if current[i] != (i if identity else registered[i]):
+            return False
+    return True

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["charge_chunk", "charge_rows", "credit", "warm", "compiled"]
+__all__ = ["charge_chunk", "charge_rows", "same_ids", "credit", "warm", "compiled"]
 
 JIT_MIN_SLOTS = 1 << 16  # smaller stores use the numpy kernel (no compile)
 _lock = threading.Lock()
@@ -38,6 +38,11 @@ def _compile() -> Any:
         for row_slots in (dummy, probe):  # no row slots (identity), and read-only ones
             slot_jit.charge_rows(mask, 0, row_slots, True, np.ones(2, np.int64),
                                  np.zeros(2, np.bool_), 1)
+    ids = np.arange(2, dtype=np.int64)
+    for writeable in (True, False):
+        ids.flags.writeable = writeable
+        slot_jit.same_ids(ids, dummy, True)
+        slot_jit.same_ids(ids, probe, False)
     return slot_jit
 
 
@@ -93,6 +98,21 @@ def charge_rows(mask: np.ndarray, first: int, row_slots: np.ndarray | None,
     slots = rows if row_slots is None else row_slots[rows]
     _charge_numpy(slots, remaining, paid, int(amount))
     return int(rows.size)
+
+
+def same_ids(current: np.ndarray, registered: np.ndarray | None) -> bool:
+    """Whether the int64 ids ``current`` equal ``registered`` (None: equal 0, 1, 2, ...)."""
+    n = int(current.size)
+    if registered is not None and int(registered.size) != n:
+        return False
+    if n >= JIT_MIN_SLOTS and warm():
+        k = compiled()
+        if k is not None:
+            ref = registered if registered is not None else np.zeros(0, np.int64)
+            return bool(k.same_ids(current, ref, registered is None))
+    if registered is None:
+        return n == 0 or (int(current[0]) == 0 and bool(np.all(np.diff(current) == 1)))
+    return bool(np.array_equal(current, registered))
 
 
 def _charge_numpy(slots: np.ndarray, remaining: np.ndarray, paid: np.ndarray,

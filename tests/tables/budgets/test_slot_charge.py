@@ -224,3 +224,21 @@ def test_compiled_and_numpy_row_kernels_agree(n, data):
                                          jit=how == "jit")
         results.append((rem.tolist(), paid.tolist()))
     assert results[0] == results[1] == results[2]
+
+
+@needs_jit
+@pytest.mark.parametrize("case", ["range", "range changed", "equal", "changed", "shorter"])
+def test_id_checks_agree_compiled_and_numpy(monkeypatch, case):
+    n = 50
+    ids = np.arange(n, dtype=np.int64)
+    ref = None if case.startswith("range") else np.random.default_rng(0).permutation(n)
+    cur = (ids if ref is None else ref).copy()
+    if "changed" in case:
+        cur[17] += 1
+    if case == "shorter":
+        cur = cur[:-1]
+    want = case in ("range", "equal")
+    monkeypatch.setattr(slot_kernels, "JIT_MIN_SLOTS", 1)  # compiled
+    assert slot_kernels.same_ids(cur, ref) is want
+    monkeypatch.setattr(slot_kernels, "JIT_MIN_SLOTS", 10**12)  # numpy
+    assert slot_kernels.same_ids(cur, ref) is want
