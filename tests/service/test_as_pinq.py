@@ -64,3 +64,29 @@ def test_as_pinq_tables_are_capped_before_any_charge(service):
     v = connect(srv.url, key=KEYS["alice"]).table("visits")
     with pytest.raises(UnsupportedOperationError):
         v.as_pinq(0.1).remaining_budget()
+
+
+def test_restart_keeps_release_charges_and_recharges_as_pinq(tmp_path):
+    """Durable: a release's PINQ charge survives a restart. Per process: an as_pinq table is
+    forgotten, so its first query after a restart charges the people again (over, never under)."""
+    from tests.service.release_fixtures import owner_inputs, start_release_service
+
+    _U, _M, W, d = owner_inputs()  # noqa: N806
+    srv = start_release_service(tmp_path / "svc", residents(), query_seconds=0.5)
+    try:
+        s = connect(srv.url, key=KEYS["alice"])
+        s.table("visits").release(W, d)
+        s.table("people").as_pinq(1.0).noisy_count(0.1)
+        first = proper_charges(srv)
+    finally:
+        srv.stop()
+    srv = start_release_service(tmp_path / "svc", residents(), query_seconds=0.5)
+    try:
+        s = connect(srv.url, key=KEYS["alice"])
+        assert s.table("visits").remaining_budget() == pytest.approx(99.5, abs=1e-12)
+        a = s.table("people").as_pinq(1.0)
+        assert a.remaining_budget() == 1.0  # a fresh as_pinq budget ...
+        a.noisy_count(0.1)
+        assert proper_charges(srv) == [*first, (2, None, 60, 60.0)]  # ... paid again
+    finally:
+        srv.stop()
