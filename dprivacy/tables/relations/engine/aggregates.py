@@ -103,9 +103,21 @@ def group_counts(rel: IbisPlan, columns: Sequence[str]) -> pd.DataFrame:
     """Exact GROUP BY ``columns`` with a ``count`` column."""
     cols = list(columns)
     g = rel.table.group_by(cols).aggregate(count=lambda t: t.count())
-    out = rel.engine.pandas(g)
+    at = rel.engine.arrow(g)
+    if all(_plain_number(at.column(c)) for c in cols):
+        # numeric keys without NULLs: the numpy columns are exactly what to_pandas() gives,
+        # without its per-call overhead (milliseconds, as long as a 1000-group GROUP BY)
+        out = pd.DataFrame({c: at.column(c).to_numpy() for c in cols})
+        out["count"] = np.asarray(at.column("count").to_numpy(zero_copy_only=False), np.int64)
+        return out
+    out = at.to_pandas()
     out["count"] = out["count"].astype(np.int64)
     return out[[*cols, "count"]]
+
+
+def _plain_number(col: pa.ChunkedArray) -> bool:
+    t = col.type
+    return (pa.types.is_integer(t) or pa.types.is_floating(t)) and col.null_count == 0
 
 
 def id_multiplicities(rel: IbisPlan) -> tuple[np.ndarray, np.ndarray]:
