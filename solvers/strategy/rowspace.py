@@ -27,6 +27,7 @@ every round's exact scale-free error is compared, the best iterate kept.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,16 +51,19 @@ class RowSpace:
 
     @classmethod
     def build(cls, F: np.ndarray, I: np.ndarray, J: np.ndarray, eps: np.ndarray,  # noqa: N803, E741
-              rtol: float = 1e-10) -> RowSpace:
-        """From the dense workload F (m x N) and the constrained pairs (I, J, eps)."""
+              rtol: float = 1e-10, extra: np.ndarray | None = None) -> RowSpace:
+        """From the dense workload F (m x N) and the constrained pairs (I, J, eps).  ``extra``
+        (k x N): further directions the strategy may measure (Q then spans the rows of F_c and
+        of ``extra``, and R = F_c Q)."""
         Fc = np.asarray(F, dtype=np.float64)
         Fc = Fc - Fc.mean(axis=1, keepdims=True)
-        U, s, Vt = np.linalg.svd(Fc, full_matrices=False)
+        S = Fc if extra is None else np.vstack([Fc, extra - extra.mean(axis=1, keepdims=True)])
+        U, s, Vt = np.linalg.svd(S, full_matrices=False)
         r = int(np.sum(s > rtol * max(float(s[0]) if s.size else 0.0, 1e-300)))
         if r == 0:
             raise SolverError("the workload is constant on the universe: nothing to estimate")
         Q = Vt[:r].T  # (N, r)
-        R = U[:, :r] * s[:r]  # F_c = R Q'
+        R = U[:, :r] * s[:r] if extra is None else Fc @ Q  # F_c = R Q'
         W = (Q[I] - Q[J]).T / np.asarray(eps, dtype=np.float64)[None, :]
         return cls(Q, R, W, R.T @ R)
 
@@ -218,7 +222,9 @@ def dual_basis_start(rs: RowSpace, B: np.ndarray) -> np.ndarray | None:
     prob = cp.Problem(cp.Minimize(cp.sum(cp.multiply(a / scale, cp.power(d, -2)))),
                       [Cm[:, keep].T @ d <= 1])
     try:
-        prob.solve(solver="CLARABEL")
+        with warnings.catch_warnings():  # an inaccurate solution is still checked below
+            warnings.simplefilter("ignore", UserWarning)
+            prob.solve(solver="CLARABEL")
     except (cp.error.SolverError, ValueError, ArithmeticError):
         return None
     if d.value is None or not np.all(np.isfinite(d.value)) or np.any(d.value <= 0):
@@ -226,15 +232,12 @@ def dual_basis_start(rs: RowSpace, B: np.ndarray) -> np.ndarray | None:
     return np.asarray(d.value)[:, None] * V
 
 
-def rowspace_strategy(F: np.ndarray, I: np.ndarray, J: np.ndarray, eps: np.ndarray,  # noqa: N803, E741
-                      *, u: np.ndarray | None = None, rotations: int = 4, rows: tuple[int, ...] = (10, 12),
-                      dual_starts: int = 3, seed: int = 0, deadline: float = float("inf"),
-                      maxiter: int = 300) -> tuple[np.ndarray, dict]:
-    """Best strategy A = M Q' found from the starts of the module doc; returns (A, report) with
-    A unscaled (the caller scales it by its exact constraint value).  ``rows`` are multiples of
-    r: p = k r / 10 rows per rotation start (at least r)."""
-    t0 = time.perf_counter()
-    rs = RowSpace.build(F, I, J, eps)
+def search(rs: RowSpace, *, u: np.ndarray | None = None, rotations: int = 4,
+           rows: tuple[int, ...] = (10, 12), dual_starts: int = 3, seed: int = 0,
+           deadline: float = float("inf"), maxiter: int = 300
+           ) -> tuple[np.ndarray | None, float, list[dict], float | None]:
+    """Polish every start of the module doc on ``rs``; returns (best M or None, its error, the
+    starts tried, the l2 lower bound or None).  ``rows``: p = k r / 10 rows per rotation start."""
     r = rs.r
     rng = np.random.default_rng(seed)
     tried: list[dict] = []
@@ -274,8 +277,36 @@ def rowspace_strategy(F: np.ndarray, I: np.ndarray, J: np.ndarray, eps: np.ndarr
             M0 = dual_basis_start(rs, B)
             if M0 is not None:
                 run(f"dual-basis-{k}", M0)
+    return best_M, best, tried, bound
+
+
+def rowspace_strategy(F: np.ndarray, I: np.ndarray, J: np.ndarray, eps: np.ndarray,  # noqa: N803, E741
+                      *, u: np.ndarray | None = None, rotations: int = 4, rows: tuple[int, ...] = (10, 12),
+                      dual_starts: int = 3, merges: tuple[int, ...] = (1, 2), seed: int = 0,
+                      deadline: float = float("inf"), maxiter: int = 300) -> tuple[np.ndarray, dict]:
+    """Best strategy found from the starts of the module doc and, for each T in ``merges``, the
+    strategy with T dedicated pair rows (:mod:`solvers.strategy.pairrows`); returns (A, report)
+    with A unscaled (the caller scales it by its exact constraint value)."""
+    from solvers.strategy.pairrows import merged_strategy
+
+    t0 = time.perf_counter()
+    rs = RowSpace.build(F, I, J, eps)
+    best_M, best, tried, bound = search(rs, u=u, rotations=rotations, rows=rows,
+                                        dual_starts=dual_starts, seed=seed, deadline=deadline,
+                                        maxiter=maxiter)
     if best_M is None:
         raise SolverError("no row-space start gave a finite error")
-    report = {"rank": r, "starts": tried, "error": best, "l2_bound": bound,
+    A = rs.strategy(best_M)
+    for T in merges:
+        if time.perf_counter() > deadline:
+            break
+        got = merged_strategy(F, I, J, eps, T, seed=seed, deadline=deadline, maxiter=maxiter)
+        if got is None:
+            continue
+        A_T, err_T = got
+        tried.append({"start": f"pair-rows-{T}", "p": int(A_T.shape[0]), "error": err_T})
+        if err_T < best:
+            best, A = err_T, A_T
+    report = {"rank": rs.r, "starts": tried, "error": best, "l2_bound": bound,
               "seconds": time.perf_counter() - t0}
-    return rs.strategy(best_M), report
+    return A, report
