@@ -144,7 +144,11 @@ class Shadows:
 
         if source in self.proper:
             return self.proper[source]
-        return Queryable(self.empty[source], _SHADOW_BUDGET, backend="duckdb")
+        # never less than the analysts' own budget: a query the real table accepts must have a
+        # default too (a refusal only when the real query overran would depend on the data)
+        src = self.cfg.source(source)
+        budget = max(_SHADOW_BUDGET, src.budget or 0.0) if src is not None else _SHADOW_BUDGET
+        return Queryable(self.empty[source], budget, backend="duckdb")
 
 
 def refuse_personal() -> UnsupportedOperationError:

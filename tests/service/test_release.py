@@ -307,3 +307,15 @@ def test_a_release_skipped_at_its_deadline_is_still_charged(service):
     busy.result()
     srv.runner._main.submit(lambda: None).result()  # the skipped job has run (charge only)
     assert v.remaining_budget() == pytest.approx(100.0 - 10 * BETA, abs=1e-12)
+
+
+def test_the_default_exists_whenever_the_real_answer_would(service):
+    """An analyst budget above the shadows' own: a query skipped at its deadline (the owner's
+    thread busy) still gets the default answer, never a refusal the real query would not give."""
+    srv = service(query_seconds=0.3, pinq_budget=5e6)
+    v = connect(srv.url, key=KEYS["alice"]).table("visits")
+    busy = srv.runner._main.submit(time.sleep, 1.2)
+    assert np.isfinite(v.noisy_count(2e6)) and srv.runner.overruns == 1
+    busy.result()
+    srv.runner._main.submit(lambda: None).result()
+    assert v.remaining_budget() == pytest.approx(3e6)
