@@ -204,3 +204,20 @@ def test_integer_coefficients_are_decided_exactly() -> None:
     assert not dn.integer_coefficients(np.ones(3), 0.5 * eye)
     assert not dn.integer_coefficients(np.ones(3), 2.0**21 * eye)  # beyond the limit
     assert dn.integer_coefficients(np.array([0.0, 1.0, 1.0]), np.diag([0.5, 1.0, 3.0]))
+
+
+@pytest.mark.parametrize("b", [0.1, 0.25, 0.7, 7.3])
+def test_small_and_non_dyadic_scales_match_the_exact_distribution(b: float) -> None:
+    """Review: scales below the others (most mass at 0, so the sign rejection of (-, 0) and the
+    exp(-U/t) Bernoulli reject often) and non-dyadic ones (t/s with a large denominator)."""
+    z = dn.discrete_laplace(np.full(40_000, b), rng=5, secure=False)
+    assert chi2_pvalue(z, b) > 1e-4  # seeded: deterministic
+
+
+def test_extreme_scales_stay_exact() -> None:
+    """A scale whose denominator exceeds 2^62 (clipped in the int64 path) gives 0 except with
+    probability ~exp(-1/b); the largest allowed scale has mean ~0 and E|Z| ~ b."""
+    assert np.all(dn.discrete_laplace(np.full(2000, 1e-300), rng=1, secure=False) == 0)
+    z = dn.discrete_laplace(np.full(40_000, dn.MAX_SCALE), rng=2, secure=False).astype(float)
+    assert abs(np.mean(np.abs(z)) / dn.MAX_SCALE - 1) < 0.05  # sd of E|Z|/b ~ 1/200
+    assert abs(np.mean(z)) / dn.MAX_SCALE < 0.05
