@@ -24,25 +24,31 @@ def gram_factor(G: np.ndarray, rtol: float = 1e-12) -> np.ndarray:
 
 class LowRankObjective(Objective):
     """:class:`Objective` evaluated through ``R`` (``G = R' R``); ``G`` is kept for callers that
-    read it (the lower bound)."""
+    read it (the lower bound).  ``dtype=np.float32`` halves the cost of the dense algebra for
+    large polishing steps (values and gradients to ~1e-6 relative; the value is summed in float64,
+    and every strategy is scored and scaled exactly in float64 afterwards)."""
 
-    def __init__(self, G: np.ndarray, centre: bool, R: np.ndarray | None = None) -> None:
+    def __init__(self, G: np.ndarray, centre: bool, R: np.ndarray | None = None,
+                 dtype: type = np.float64) -> None:
         super().__init__(G, centre)
-        self.R = gram_factor(G) if R is None else np.ascontiguousarray(R, dtype=np.float64)
+        R = gram_factor(G) if R is None else R
+        self.dtype = np.dtype(dtype)
+        self.R = np.ascontiguousarray(R, dtype=self.dtype)
 
     def value_grad(self, C: np.ndarray) -> tuple[float, np.ndarray]:
         """(f(C), df/dC); f = inf and a zero gradient when X is singular."""
-        Cc = centred(C) if self.centre else C
+        Cd = np.asarray(C, dtype=self.dtype)
+        Cc = centred(Cd) if self.centre else Cd
         X = Cc.T @ Cc
         if self.centre:
-            X += 1.0 / X.shape[0]
+            X += self.dtype.type(1.0 / X.shape[0])
         try:
             L = sla.cholesky(X, lower=True, check_finite=False)
         except (np.linalg.LinAlgError, ValueError):
             return float("inf"), np.zeros_like(C)
         W = sla.solve_triangular(L, self.R.T, lower=True, check_finite=False)
-        f = float(np.sum(W * W))
+        f = float(np.einsum("ij,ij->", W, W, dtype=np.float64))
         if not np.isfinite(f):
             return float("inf"), np.zeros_like(C)
         Z = sla.solve_triangular(L, W, lower=True, trans="T", check_finite=False)
-        return f, -2.0 * (Cc @ Z) @ Z.T
+        return f, np.asarray(-2.0 * (Cc @ Z) @ Z.T, dtype=np.float64)

@@ -11,7 +11,15 @@ from scipy.spatial.distance import cdist
 
 from solvers import ConstraintSet, SolverError
 from solvers.strategy import optimize_strategy
-from solvers.strategy.grid import block_budget, coarse_gram, coarsen, detect_grid, lift
+from solvers.strategy.grid import (
+    block_budget,
+    block_contrasts,
+    coarse_gram,
+    coarsen,
+    detect_grid,
+    lift,
+    lift_smooth,
+)
 from solvers.strategy.lowrank import LowRankObjective, gram_factor
 from solvers.strategy.objective import Objective, gram
 from solvers.strategy.workset import near_pairs
@@ -72,6 +80,18 @@ def test_low_rank_objective_equals_the_dense_one_and_its_gradient_is_right(centr
     assert np.isinf(low.value(np.zeros((p, N))))  # singular: no estimate at all
 
 
+def test_float32_low_rank_objective_is_close_to_float64():
+    rng = np.random.default_rng(11)
+    F = rng.random((6, 30))
+    G = gram(F, True)
+    C = np.eye(30) + 0.1 * rng.standard_normal((30, 30))
+    f64, g64 = LowRankObjective(G, True).value_grad(C)
+    f32, g32 = LowRankObjective(G, True, dtype=np.float32).value_grad(C)
+    assert g32.dtype == np.float64
+    assert f32 == pytest.approx(f64, rel=1e-4)
+    assert np.abs(g32 - g64).max() <= 1e-3 * np.abs(g64).max()
+
+
 def test_gram_factor_reproduces_the_gram_matrix():
     rng = np.random.default_rng(2)
     F = rng.random((4, 9))
@@ -116,6 +136,28 @@ def test_lifted_strategy_is_as_feasible_as_the_coarse_one_by_brute_force():
     # the detail rows make the lift full rank (up to the known total)
     A = lift(Cc, parent, 0.01)
     assert np.linalg.matrix_rank(A - A.mean(axis=1, keepdims=True)) == 35
+
+
+def test_smooth_lift_interpolates_and_restores_full_rank():
+    pts = lattice(5, 4, seed=12)  # odd side, elements in any order
+    g = detect_grid(pts)
+    gc, parent = coarsen(g)
+    D = block_contrasts(g)
+    assert D.shape == (20 - gc.N, 20)  # one contrast fewer than cells, in every block
+    assert np.allclose(D.sum(axis=1), 0) and np.all(np.abs(D).sum(axis=1) >= 2)
+    for B in range(gc.N):  # contrasts live inside their block
+        rows = np.abs(D[:, parent == B]).sum(axis=1) > 0
+        assert np.all(np.abs(D[rows][:, parent != B]) == 0)
+    Cc = np.vstack([np.ones(gc.N), gc.coords[:, 0], np.eye(gc.N)])
+    A = lift_smooth(Cc, g, gc, 0.5)
+    assert A.shape == (2 + gc.N + D.shape[0], 20)
+    assert np.allclose(A[0], 1.0)  # constants stay constant
+    # the block centres' x (0.5, 2.5, 4) interpolated: exact between the two full blocks
+    x = pts[:, 0]
+    inner = (x >= 1) & (x <= 2)
+    assert np.allclose(A[1, inner], x[inner], atol=1e-12)
+    assert np.all((A[1] >= 0.5 - 1e-12) & (A[1] <= 4 + 1e-12))
+    assert np.linalg.matrix_rank(A - A.mean(axis=1, keepdims=True)) == 19
 
 
 def test_coarse_gram_is_the_workload_on_block_uniform_histograms():
