@@ -17,7 +17,7 @@ def test_as_pinq_charges_the_people_once_as_in_process(service, monkeypatch):
     import dprivacy.service.execute as execute
 
     monkeypatch.setattr(execute, "_CACHE", 2)  # other plans evict derived tables quickly
-    srv = service(query_seconds=0.4)
+    srv = service(query_seconds=1.5)  # generous: an overrun would change the charges
     s = connect(srv.url, key=KEYS["alice"])
     p = s.table("people")
     a = p.as_pinq(1.0)
@@ -51,7 +51,7 @@ def test_as_pinq_charges_the_people_once_as_in_process(service, monkeypatch):
 
 
 def test_as_pinq_tables_are_capped_before_any_charge(service):
-    srv = service(query_seconds=0.4, service="max_as_pinq = 2")
+    srv = service(query_seconds=1.5, service="max_as_pinq = 2")
     p = connect(srv.url, key=KEYS["alice"]).table("people")
     p.as_pinq(0.2).noisy_count(0.1)
     p.where(_.city == "a").as_pinq(0.1).noisy_count(0.1)
@@ -72,7 +72,7 @@ def test_restart_keeps_release_charges_and_recharges_as_pinq(tmp_path):
     from tests.service.release_fixtures import owner_inputs, start_release_service
 
     _U, _M, W, d = owner_inputs()  # noqa: N806
-    srv = start_release_service(tmp_path / "svc", residents(), query_seconds=0.5)
+    srv = start_release_service(tmp_path / "svc", residents(), query_seconds=1.5)
     try:
         s = connect(srv.url, key=KEYS["alice"])
         s.table("visits").release(W, d)
@@ -80,7 +80,7 @@ def test_restart_keeps_release_charges_and_recharges_as_pinq(tmp_path):
         first = proper_charges(srv)
     finally:
         srv.stop()
-    srv = start_release_service(tmp_path / "svc", residents(), query_seconds=0.5)
+    srv = start_release_service(tmp_path / "svc", residents(), query_seconds=1.5)
     try:
         s = connect(srv.url, key=KEYS["alice"])
         assert s.table("visits").remaining_budget() == pytest.approx(99.5, abs=1e-12)
