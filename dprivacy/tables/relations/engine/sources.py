@@ -151,6 +151,10 @@ def relation_from(source: Any, backend: str | None = None, *,
         if id_column not in table.columns:
             raise ValidationError(f"id_column {id_column!r} is not a column; columns are "
                                   f"{list(table.columns)}")
+        dt = table[id_column].type()
+        if not dt.is_integer():  # as the pandas backend: a float id 0.4 would be cast to 0
+            raise ValidationError(f"id_column {id_column!r} has type {dt}: ids are "
+                                  "non-negative integers")
         pid = table[id_column].try_cast("int64")
     else:
         pid = ibis.literal(-1, "int64")
