@@ -280,9 +280,11 @@ def _mask_chunk(chunk: pa.Array) -> np.ndarray:
 
 
 def _int_chunk(chunk: pa.Array) -> np.ndarray:
-    """One Arrow chunk of ids as int64 (zero-copy when it has no NULL; a NULL id is ⊥, -1)."""
+    """One Arrow chunk of ids as int64 (zero-copy when it has no NULL). A NULL id is nobody
+    registered: dropped (neither charged nor counted), as the eligible relation
+    (``pid = -1 OR pid IN payers``), the general path (ids >= 0) and Spark do; ⊥ is -1."""
     if chunk.null_count:
-        chunk = pc.fill_null(chunk, -1)
+        chunk = pc.drop_null(chunk)
     return np.asarray(chunk.to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
