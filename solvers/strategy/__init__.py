@@ -27,11 +27,11 @@ from solvers.errors import SolverError
 from solvers.strategy.basis import Basis, Mat, is_sparse
 from solvers.strategy.bound import best_bound
 from solvers.strategy.constraint import PairSet, materialise, strategy_scan
+from solvers.strategy.few_queries import rowspace_strategy
 from solvers.strategy.grid import detect_grid, grid_strategy
 from solvers.strategy.implicit import basis_gram
 from solvers.strategy.objective import Objective, answer_map, gram
 from solvers.strategy.optimize import blas_threads, polish
-from solvers.strategy.rowspace import rowspace_strategy
 from solvers.strategy.starts import (
     design_start,
     identity_start,

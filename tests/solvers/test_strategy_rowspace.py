@@ -8,7 +8,8 @@ from scipy.spatial.distance import cdist
 
 from solvers import ConstraintSet, design
 from solvers.strategy import materialise, optimize_strategy
-from solvers.strategy.rowspace import RowSpace, dual_basis_start, l2_relaxation, rowspace_strategy, smooth_max
+from solvers.strategy.few_queries import rowspace_strategy
+from solvers.strategy.rowspace import RowSpace, dual_basis_start, l2_relaxation, smooth_max
 from tests.solvers.test_strategy import brute_ratio, known_total_error
 
 
