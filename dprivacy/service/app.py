@@ -135,23 +135,24 @@ def create_app(cfg: ServiceConfig, runner: Runner | None = None) -> Any:
         return {"sources": [{"name": s.name, "kind": s.kind} for s in cfg.sources
                             if a.may_use(s.name)]}
 
-    @app.get("/v1/sources/{name}")
-    async def source(name: str, request: Request) -> dict[str, Any]:
+    def usable(request: Request, name: str) -> Any:
+        """The source ``name`` if the caller may use it; a one-line refusal otherwise."""
         a = who(request)
         src = cfg.source(name)
         if src is None:
             raise _Refusal(404, "LookupError", f"no source {name[:64]!r}")
         allowed(a, {name})
+        return src
+
+    @app.get("/v1/sources/{name}")
+    async def source(name: str, request: Request) -> dict[str, Any]:
+        src = usable(request, name)
         plan = Plan({"source": name, "steps": []}, None, frozenset({name}))
         return {"name": name, "kind": src.kind, "schema": await run.schema(plan)}
 
     @app.get("/v1/sources/{name}/release")
     async def release_inputs(name: str, request: Request) -> dict[str, Any]:
-        a = who(request)
-        src = cfg.source(name)
-        if src is None:
-            raise _Refusal(404, "LookupError", f"no source {name[:64]!r}")
-        allowed(a, {name})
+        usable(request, name)
         inputs = run.shadows.releases.get(name)
         if inputs is None:
             raise _Refusal(422, "UnsupportedOperationError", f"source {name!r} has no release "
