@@ -1,4 +1,4 @@
-"""Tables on engines vs the exact queries they wrap (issue 9 targets), measured side by side.
+"""Tables on engines vs the exact queries they wrap (targets in docs/benchmarks.md), measured side by side.
 
 Rows (each: the library's charged, noised query vs the exact query on the same data, same run):
 

@@ -22,20 +22,9 @@ from dprivacy.errors import (
     UnsupportedOperationError,
     ValidationError,
 )
+from dprivacy.remote.errors import AccessDeniedError, AuthenticationError, ServiceError
 
 __all__ = ["Session", "connect", "ServiceError", "AuthenticationError", "AccessDeniedError"]
-
-
-class ServiceError(DPrivacyError):
-    """The service refused a request or could not be reached."""
-
-
-class AuthenticationError(ServiceError):
-    """The service did not accept the key (HTTP 401)."""
-
-
-class AccessDeniedError(ServiceError):
-    """The key may not use this source (HTTP 403)."""
 
 
 _KNOWN: dict[str, type[DPrivacyError]] = {

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from dprivacy.errors import ValidationError
+from dprivacy.remote.errors import ServiceError
 from dprivacy.service.exprcodec import encode
 from dprivacy.service.plan import PLAN_VERSION
 
@@ -251,19 +252,28 @@ class RemoteTable:
         return self._step({"op": "as_pinq", "eps": eps})
 
     # ------------------------------------------------------------------ aggregations
+    @staticmethod
+    def _number(value: Any) -> float:
+        """A numeric answer; a clear error where the service answered none (its default answer
+        itself failed on the data owner's side, which the owner's log explains)."""
+        if value is None:
+            raise ServiceError("the service answered no value: the default answer of this query "
+                               "failed on the data owner's side")
+        return float(value)
+
     def noisy_count(self, eps: float) -> float:
         """|T| + Lap(1/ε)."""
-        return float(self._ask({"op": "noisy_count", "eps": eps}))
+        return self._number(self._ask({"op": "noisy_count", "eps": eps}))
 
     def noisy_sum(self, eps: float, f: Any = None, lo: float = -1.0, hi: float = 1.0) -> float:
         """Σ clamp(f(x), lo, hi) + Lap(max(|lo|, |hi|)/ε)."""
-        return float(self._ask({"op": "noisy_sum", "eps": eps, "f": self._expr(f, "f"),
+        return self._number(self._ask({"op": "noisy_sum", "eps": eps, "f": self._expr(f, "f"),
                                 "lo": lo, "hi": hi}))
 
     def noisy_average(self, eps: float, f: Any = None, lo: float = -1.0,
                       hi: float = 1.0) -> float:
         """Noisy average of clamp(f(x), lo, hi)."""
-        return float(self._ask({"op": "noisy_average", "eps": eps, "f": self._expr(f, "f"),
+        return self._number(self._ask({"op": "noisy_average", "eps": eps, "f": self._expr(f, "f"),
                                 "lo": lo, "hi": hi}))
 
     def noisy_order_statistic(self, eps: float, frac: float, f: Any = None,
@@ -271,14 +281,14 @@ class RemoteTable:
                               **options: Any) -> float:
         """The ``frac``-quantile of clamp(f(x), lo, hi), as the table computes it (``options``
         are its keyword arguments, e.g. ``candidates``: a public list or a grid size)."""
-        return float(self._ask({"op": "noisy_order_statistic", "eps": eps, "frac": frac,
+        return self._number(self._ask({"op": "noisy_order_statistic", "eps": eps, "frac": frac,
                                 "f": self._expr(f, "f"), "lo": lo, "hi": hi,
                                 "options": _options(options)}))
 
     def noisy_median(self, eps: float, f: Any = None, lo: float | None = None,
                      hi: float | None = None, **options: Any) -> float:
         """The table's noisy median (``options``, e.g. ``candidates``, are passed to it)."""
-        return float(self._ask({"op": "noisy_median", "eps": eps, "f": self._expr(f, "f"),
+        return self._number(self._ask({"op": "noisy_median", "eps": eps, "f": self._expr(f, "f"),
                                 "lo": lo, "hi": hi, "options": _options(options)}))
 
     def exponential_mechanism(self, eps: float, candidates: Sequence[Any],

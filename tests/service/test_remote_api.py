@@ -89,3 +89,16 @@ key_sha256 = "{key_sha256(KEYS['alice'])}"
         assert s.table("csv").remaining_budget() == 0.0
     finally:
         srv.stop()
+
+
+def test_an_answer_without_value_is_a_service_error_not_a_type_error(monkeypatch):
+    """The service answers ``null`` only where the default answer itself failed on the owner's
+    side; the client says so with its own error instead of float(None)'s TypeError."""
+    from dprivacy.remote import RemoteTable, ServiceError
+
+    t = RemoteTable.__new__(RemoteTable)
+    monkeypatch.setattr(RemoteTable, "_ask", lambda self, query: None)
+    with pytest.raises(ServiceError, match="answered no value"):
+        t.noisy_count(1.0)
+    monkeypatch.setattr(RemoteTable, "_ask", lambda self, query: 3)
+    assert t.noisy_count(1.0) == 3.0
