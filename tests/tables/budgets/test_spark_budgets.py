@@ -209,7 +209,7 @@ def test_a_kill_between_write_and_commit_leaves_the_budgets_uncharged(spark, tmp
 @pytest.mark.slow
 def test_sigkill_at_random_points_never_releases_an_uncharged_answer(tmp_path):
     store, out = tmp_path / "k", tmp_path / "released.txt"
-    n = 10
+    n = 24  # enough queries that the random kills land while the worker runs, on an idle machine too
 
     def spawn(done: int) -> subprocess.Popen:
         proc = subprocess.Popen(
@@ -218,7 +218,7 @@ def test_sigkill_at_random_points_never_releases_an_uncharged_answer(tmp_path):
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         return proc
 
-    kills = run_with_random_kills(spawn, out, n, kills_wanted=3, max_wait=6.0, seed=1,
+    kills = run_with_random_kills(spawn, out, n, kills_wanted=3, max_wait=3.0, seed=1,
                                   max_kills=30, final_timeout=600)
     released = [line.split() for line in out.read_text().splitlines()]
     assert [r[1] for r in released] == [f"q{i}" for i in range(n)] and kills >= 2
