@@ -11,6 +11,7 @@ from dprivacy.audit import AuditResult, audit
 from dprivacy.config import MechanismConfig
 from dprivacy.design import LOSSES, METHODS, Design, design, improvement_factor
 from dprivacy.group import group_privacy_loss
+from dprivacy.implicit_workload import ImplicitWorkload
 from dprivacy.mechanisms import (
     DXMWEM,
     DXExponential,
@@ -28,5 +29,5 @@ __all__ = [
     "Accountant", "LOSSES", "METHODS", "AuditResult", "DXExponential", "DXLaplace", "DXMWEM", "DXSmallDB",
     "Design", "Laplace", "MechanismConfig", "Universe", "Workload", "audit", "data", "design",
     "__version__", "errors", "group_privacy_loss", "improvement_factor", "metrics", "noise",
-    "StrategyDesign", "StrategyMechanism", "design_strategy",
+    "ImplicitWorkload", "StrategyDesign", "StrategyMechanism", "design_strategy",
 ]

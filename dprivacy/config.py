@@ -153,7 +153,7 @@ class MechanismConfig:
         ``params``: ``T`` for "mwem" (default ``design.report["T"]``), ``size`` for "smalldb".
         """
         if not isinstance(workload, Workload):
-            workload = Workload(workload)
+            workload = Workload(workload)  # an ImplicitWorkload is refused here, clearly
         if isinstance(design, StrategyDesign):
             kind = "strategy"
         if kind not in KINDS:

@@ -24,6 +24,10 @@ from dprivacy.universe import Universe
 
 def _as_matrix(F) -> np.ndarray | sp.csr_array:
     A: np.ndarray | sp.csr_array
+    if hasattr(F, "to_workload") and hasattr(F, "gram"):
+        raise ValidationError(f"{F!r} is an implicit workload: only design_strategy and "
+                              "StrategyMechanism take it; elsewhere pass W.to_workload() (the "
+                              "explicit (m, N) matrix) if it fits in memory")
     if sp.issparse(F):
         # our own copy (csr_array(F) alone may share F's arrays): the caller's later writes to
         # F.data / F.indices / F.indptr change nothing here

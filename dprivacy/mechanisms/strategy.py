@@ -25,11 +25,14 @@ import solvers.strategy as st
 from dprivacy import noise
 from dprivacy.design import PRIVACY_RTOL, Design, call_solver
 from dprivacy.errors import PrivacyViolationError, ShapeError, ValidationError
+from dprivacy.implicit_workload import ImplicitWorkload
 from dprivacy.mechanisms._release import charge_release, setup_accounting
 from dprivacy.universe import check_histogram
 from dprivacy.workload import Workload
 from solvers.errors import SolverError
 from solvers.strategy.basis import Mat, is_sparse
+from solvers.strategy.estimate import estimate_map, unanswered
+from solvers.strategy.implicit import basis_gram
 
 if TYPE_CHECKING:
     from dprivacy.accounting import Accountant
@@ -53,19 +56,23 @@ class StrategyDesign:
     """A strategy ``A = C T`` for a workload (T: the :class:`solvers.strategy.Basis`).
 
     ``strategy`` is the scaled (p, N) matrix A such that ``A x + Lap(1)^p`` is d_X-private;
-    answers are ``M y + n o`` (least squares from the release y and the known total n).
+    answers are ``M y + n o`` (least squares from the release y and the known total n), or, for
+    an :class:`~dprivacy.implicit_workload.ImplicitWorkload`, ``F x_hat`` with the estimated
+    histogram ``x_hat = X y + n z`` (no m x p answer map is formed).
     """
 
-    workload: Workload
+    workload: Workload | ImplicitWorkload
     C: Mat
     basis: st.Basis
-    M: Mat
-    o: np.ndarray
+    M: Mat | None
+    o: np.ndarray | None
     max_ratio: float = float("nan")
     lower_bound: float | None = None
     report: dict[str, Any] = field(default_factory=dict)
     constraints: ConstraintSet | None = field(default=None, repr=False)
     method: str = "strategy"
+    X: np.ndarray | None = field(default=None, repr=False)
+    z: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def m(self) -> int:
@@ -83,15 +90,46 @@ class StrategyDesign:
 
     def query_variances(self) -> np.ndarray:
         """Variance of every answer: the diagonal of 2 F A^+ A^+' F' (shape (m,))."""
-        return 2.0 * _sq(self.M)
+        return _variances(self.workload, self.M, self.X)
 
     def expected_squared_error(self, x: object = None) -> float:
         """E||answers - F x||^2 = 2 ||F A^+||_F^2 (unbiased: the same for every histogram x)."""
         return float(np.sum(self.query_variances()))
 
     def answer(self, y: np.ndarray, n: float) -> np.ndarray:
-        """Least-squares answers M y + n o from measurements y and the total n."""
-        return np.asarray(self.M @ np.asarray(y, dtype=np.float64)).ravel() + float(n) * self.o
+        """Least-squares answers from measurements y and the total n."""
+        return _answers(self.workload, self.M, self.o, self.X, self.z, y, n)
+
+
+def _variances(W: Workload | ImplicitWorkload, M: Mat | None, X: np.ndarray | None) -> np.ndarray:
+    if M is not None:
+        return 2.0 * _sq(M)
+    assert isinstance(W, ImplicitWorkload) and X is not None
+    return 2.0 * W.quadratic_diagonal(X @ X.T)
+
+
+def _answers(W: Workload | ImplicitWorkload, M: Mat | None, o: np.ndarray | None,
+             X: np.ndarray | None, z: np.ndarray | None, y: np.ndarray, n: float) -> np.ndarray:
+    yv = np.asarray(y, dtype=np.float64).ravel()
+    if M is not None:
+        assert o is not None
+        return np.asarray(M @ yv).ravel() + float(n) * o
+    assert isinstance(W, ImplicitWorkload) and X is not None and z is not None
+    return W.answer(X @ yv + float(n) * z)
+
+
+def _as_workload(workload: Any) -> Workload | ImplicitWorkload:
+    return workload if isinstance(workload, Workload | ImplicitWorkload) else Workload(workload)
+
+
+def _implicit_maps(W: ImplicitWorkload, C: Mat, basis: st.Basis) -> tuple[np.ndarray, np.ndarray]:
+    """(X, z) of the estimate ``X y + n z``, after checking that every query of W is answerable."""
+    G = call_solver(basis_gram, basis, W.gram())
+    share = call_solver(unanswered, G, C, basis.kind == "identity")
+    if share > 1e-9:
+        raise ValidationError(f"{share:.3g} of the workload lies outside the row space of the "
+                              "strategy: it cannot be answered from the release")
+    return call_solver(estimate_map, C, basis)
 
 
 def _codes(universe: Universe) -> np.ndarray | None:
@@ -107,7 +145,8 @@ def design_strategy(workload: Workload | Any, universe: Universe, metric: Metric
 
     Parameters
     ----------
-    workload : Workload (or an (m, N) matrix).
+    workload : Workload (or an (m, N) matrix), or an ImplicitWorkload (all ranges, prefixes or
+        rectangles: optimised through its Gram matrix, never materialised).
     universe, metric : the budget eps_ij = d_X(chi_i, chi_j); graph metrics (and points on a
         line) are constrained on their edges, a spanning tree (a line) in its edge basis.
     baseline : a (w, beta) :class:`Design` of this workload to start from (its A = diag(u) F);
@@ -128,20 +167,31 @@ def design_strategy(workload: Workload | Any, universe: Universe, metric: Metric
     >>> d.strategy.shape[1], d.expected_squared_error() > 0
     (8, True)
     """
-    W = workload if isinstance(workload, Workload) else Workload(workload)
+    W = _as_workload(workload)
     W.check_universe(universe)
+    implicit = isinstance(W, ImplicitWorkload)
+    if implicit and baseline is not None:
+        raise ValidationError("a (w, beta) baseline needs an explicit Workload; an "
+                              "ImplicitWorkload starts from the structured strategies only")
+    if implicit and "gram_matrix" in options:
+        raise ValidationError("an ImplicitWorkload brings its own Gram matrix")
     cs = metric.constraint_set(universe)
     u = None
     if baseline is not None:
         if baseline.m != W.m:
             raise ShapeError(f"the baseline design has m = {baseline.m}, the workload m = {W.m}")
         u = baseline.u
-    res = call_solver(st.optimize_strategy, W.F, cs, u=u, coords=universe.coords,
+    F = None
+    if isinstance(W, ImplicitWorkload):
+        options = {**options, "gram_matrix": W.gram()}
+    else:
+        F = W.F
+    res = call_solver(st.optimize_strategy, F, cs, u=u, coords=universe.coords,
                       codes=_codes(universe), **options)
     report = dict(res.report)
     report["metric"] = repr(metric)
     return StrategyDesign(W, res.C, res.basis, res.M, res.o, res.max_ratio, res.lower_bound,
-                          report, cs)
+                          report, cs, X=res.X, z=res.z)
 
 
 class StrategyMechanism:
@@ -164,10 +214,13 @@ class StrategyMechanism:
     """
 
     kind = "strategy"
+    #: the estimate map ``x_hat = X y + n z`` of an implicit workload (None: the answer map M, o)
+    X: np.ndarray | None = None
+    z: np.ndarray | None = None
 
-    def __init__(self, workload: Workload | Any, design: StrategyDesign, *,
+    def __init__(self, workload: Workload | ImplicitWorkload | Any, design: StrategyDesign, *,
                  universe: Universe | None = None, metric: Metric | None = None) -> None:
-        W = workload if isinstance(workload, Workload) else Workload(workload)
+        W = _as_workload(workload)
         if not isinstance(design, StrategyDesign):
             raise ValidationError(f"design is a {type(design).__name__}: expected a StrategyDesign "
                                   "(dprivacy.design_strategy)")
@@ -196,8 +249,13 @@ class StrategyMechanism:
             raise PrivacyViolationError(
                 f"privacy condition broken: ||A (e_i - e_j)||_1 / eps_ij = {ratio:.9g} at pair "
                 f"{worst} (allowed 1 + {PRIVACY_RTOL:g}); scale the strategy down")
-        FK, f0 = design.basis.workload(W.F)
-        self.M, self.o = call_solver(st.answer_map, C, FK, f0, design.basis.kind == "identity")
+        self.M: Mat | None = None
+        self.o: np.ndarray | None = None
+        if isinstance(W, ImplicitWorkload):
+            self.X, self.z = _implicit_maps(W, C, design.basis)
+        else:
+            FK, f0 = design.basis.workload(W.F)
+            self.M, self.o = call_solver(st.answer_map, C, FK, f0, design.basis.kind == "identity")
         self.workload = W
         self.design = design
         self.constraints = cs
@@ -206,7 +264,7 @@ class StrategyMechanism:
 
     def query_variances(self) -> np.ndarray:
         """Variance of every answer (shape (m,))."""
-        return 2.0 * _sq(self.M)
+        return _variances(self.workload, self.M, self.X)
 
     def expected_squared_error(self, x: object = None) -> float:
         """E||answers - F x||^2 = 2 ||F A^+||_F^2 (the same for every x)."""
@@ -226,8 +284,7 @@ class StrategyMechanism:
         y_true = np.asarray(self.design.C @ s, dtype=np.float64).ravel()
         y = np.asarray(noise.add_laplace(y_true, np.ones(y_true.shape), rng=rng, secure=secure),
                        dtype=np.float64).ravel()
-        n = float(np.sum(arr))
-        return np.asarray(self.M @ y).ravel() + n * self.o
+        return _answers(self.workload, self.M, self.o, self.X, self.z, y, float(np.sum(arr)))
 
     def __repr__(self) -> str:
         return (f"StrategyMechanism(m={self.workload.m}, N={self.workload.N}, p={self.design.p}, "

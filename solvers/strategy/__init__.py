@@ -27,6 +27,7 @@ from solvers.errors import SolverError
 from solvers.strategy.basis import Basis, Mat, is_sparse
 from solvers.strategy.bound import best_bound
 from solvers.strategy.constraint import PairSet, materialise, strategy_scan
+from solvers.strategy.estimate import estimate_map, unanswered
 from solvers.strategy.few_queries import rowspace_strategy
 from solvers.strategy.grid import detect_grid, grid_strategy
 from solvers.strategy.implicit import basis_gram
@@ -60,16 +61,20 @@ class StrategyResult:
     """A verified strategy ``A = C T`` (``basis`` gives T) with ``max ratio <= 1``.
 
     ``M, o``: answers = ``M y + n o`` from the release y and the total n; ``error`` the expected
-    total squared error ``2 ||M||_F^2``; ``lower_bound`` (or None) a bound no strategy beats."""
+    total squared error ``2 ||M||_F^2``; ``lower_bound`` (or None) a bound no strategy beats.
+    A workload given only by its Gram matrix (F = None) gets ``M = o = None`` and the estimate
+    map instead: ``x_hat = X y + n z``, answers ``F x_hat`` (:mod:`solvers.strategy.estimate`)."""
 
     C: Mat
     basis: Basis
-    M: Mat
-    o: np.ndarray
+    M: Mat | None
+    o: np.ndarray | None
     error: float
     max_ratio: float
     lower_bound: float | None
     report: dict[str, Any] = field(default_factory=dict)
+    X: np.ndarray | None = None
+    z: np.ndarray | None = None
 
 
 def choose_basis(cs: ConstraintSet) -> Basis:
@@ -102,7 +107,9 @@ def optimize_strategy(F: Any, cs: ConstraintSet, *, u: np.ndarray | None = None,
 
     Parameters
     ----------
-    F : (m, N) array or scipy.sparse matrix.
+    F : (m, N) array or scipy.sparse matrix, or None for a workload known only by its Gram
+        matrix (``gram_matrix`` required; the result then has the estimate map X, z instead of
+        the answer map, and the ``design`` and ``rowspace`` starts do not apply).
     cs : the constrained pairs (all pairs, or a graph's edges; a spanning tree's edges switch to
         the tree basis, :class:`Basis`).
     u : u = w beta of a (w, beta) design, for the ``design`` start (computed with
@@ -136,11 +143,19 @@ def _optimize(F: Any, cs: ConstraintSet, u: np.ndarray | None, coords: np.ndarra
     t0 = time.perf_counter()
     deadline = t0 + float(time_limit)
     N = cs.N  # noqa: N806
-    Fm = sp.csr_array(F) if is_sparse(F) else np.asarray(F, dtype=np.float64)
-    if Fm.ndim != 2 or Fm.shape[1] != N:
-        raise SolverError(f"F must be (m, {N}), got shape {Fm.shape}")
+    implicit = F is None
+    if implicit:
+        if gram_matrix is None:
+            raise SolverError("a workload without F needs its Gram matrix (gram_matrix=F'F)")
+        Fm = FK = None
+        f0 = np.zeros(0)
+    else:
+        Fm = sp.csr_array(F) if is_sparse(F) else np.asarray(F, dtype=np.float64)
+        if Fm.ndim != 2 or Fm.shape[1] != N:
+            raise SolverError(f"F must be (m, {N}), got shape {Fm.shape}")
     basis = choose_basis(cs)
-    FK, f0 = basis.workload(Fm)
+    if not implicit:
+        FK, f0 = basis.workload(Fm)
     grams: list[np.ndarray] = []
 
     def G_K() -> np.ndarray:  # noqa: N802 (the workload's Gram matrix in the basis, once)
@@ -194,7 +209,7 @@ def _optimize(F: Any, cs: ConstraintSet, u: np.ndarray | None, coords: np.ndarra
             cands["tree"] = spanning_tree_start(N, ti, tj, te)
         except SolverError:
             notes["tree_start"] = "the constraint graph does not connect every element"
-    if "design" in wanted and K <= DENSE_LIMIT:
+    if "design" in wanted and K <= DENSE_LIMIT and not implicit:
         if u is None:
             from solvers import design as solve_design
 
@@ -208,6 +223,9 @@ def _optimize(F: Any, cs: ConstraintSet, u: np.ndarray | None, coords: np.ndarra
         c, _, _ = strategy_scan(C, basis, cs, memory_bytes=memory_bytes)
         if not np.isfinite(c) or c <= 0:
             return float("inf")
+        if implicit:  # full-rank strategies only: every query of a Gram-only workload answered
+            Cd = np.asarray(C.toarray() if is_sparse(C) else C, dtype=np.float64)
+            return 2.0 * c * c * Objective(G_K(), centre).value(Cd)
         try:
             M, _ = answer_map(C / c, FK, f0, centre)
         except SolverError:
@@ -224,7 +242,8 @@ def _optimize(F: Any, cs: ConstraintSet, u: np.ndarray | None, coords: np.ndarra
         A, theta = marginal_start(np.asarray(codes), quick_score)
         cands["marginals"] = A
         notes["marginal_weights"] = theta
-    if "rowspace" in wanted and centre and cs.kind != "edges" and Fm.shape[0] <= ROWSPACE_MAX_M \
+    if "rowspace" in wanted and centre and cs.kind != "edges" and Fm is not None \
+            and Fm.shape[0] <= ROWSPACE_MAX_M \
             and N * (N - 1) // 2 <= ROWSPACE_MAX_PAIRS:
         ri, rj, re = (base.I, base.J, base.eps) if complete else _all_pairs(cs)
         Fd = np.asarray(sp.csr_array(Fm).toarray() if is_sparse(Fm) else Fm, dtype=np.float64)
@@ -272,8 +291,20 @@ def _optimize(F: Any, cs: ConstraintSet, u: np.ndarray | None, coords: np.ndarra
     ratio, worst, _ = strategy_scan(C, basis, cs, memory_bytes=memory_bytes)
     if not ratio <= 1 + 1e-12:
         raise SolverError(f"strategy verification failed: pair {worst} at {ratio:.12g} x budget")
-    M, o = answer_map(C, FK, f0, centre)
-    err = 2.0 * float((M.multiply(M)).sum() if is_sparse(M) else np.sum(M * M))
+    X = z = None
+    if implicit:
+        M = o = None
+        share = unanswered(G_K(), C, centre)
+        if share > 1e-9:
+            raise SolverError(f"{share:.3g} of the workload lies outside the row space of the "
+                              "strategy: it cannot be answered from the release")
+        X, z = estimate_map(C, basis)
+        XK = np.asarray(X if basis.kind == "identity" else np.linalg.pinv(
+            np.asarray(C.toarray() if is_sparse(C) else C)))
+        err = 2.0 * float(np.sum(XK * (G_K() @ XK)))
+    else:
+        M, o = answer_map(C, FK, f0, centre)
+        err = 2.0 * float((M.multiply(M)).sum() if is_sparse(M) else np.sum(M * M))
     lb = None
     if lower_bound and K <= DENSE_LIMIT:
         G = G_K()
@@ -285,7 +316,7 @@ def _optimize(F: Any, cs: ConstraintSet, u: np.ndarray | None, coords: np.ndarra
     report = {"start": best_name, "starts": scores, "history": history, "basis": basis.kind,
               "p": int(C.shape[0]), "max_ratio": ratio, "worst_pair": worst,
               "seconds": time.perf_counter() - t0, **notes}
-    return StrategyResult(C, basis, M, o, err, ratio, lb, report)
+    return StrategyResult(C, basis, M, o, err, ratio, lb, report, X, z)
 
 
 def _nearest_pairs(cs: ConstraintSet, N: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # noqa: N803
