@@ -161,6 +161,8 @@ def check_page_output(page: str, out: str) -> None:
         for line in ("remaining 1.0\n", "remaining 0.75\n", "refused: BudgetExceededError\n",
                      "refused: UnsupportedOperationError\n", "True\n", "(3,)\n"):
             assert line in out, (line, out)
+    if page == "docs/tutorials/strategy.md":  # all ranges: two prefixes each, Lap(1/0.1)
+        assert "32896 (32896,) 20.0\n" in out, out
     if page == "docs/tutorials/tables.md":
         remaining = [line.split()[1] for line in out.splitlines() if line.startswith("remaining")]
         assert remaining == ["0.9", "0.7", "0.6", "0.6", "0.9"], out
