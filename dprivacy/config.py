@@ -181,6 +181,9 @@ class MechanismConfig:
     @classmethod
     def _of(cls, mech: Any, workload: Workload, universe: Universe, metric: Metric
             ) -> MechanismConfig:
+        if not isinstance(workload, Workload):  # an ImplicitWorkload: configs hold F itself
+            raise ValidationError(f"{workload!r} is an implicit workload: configs hold an explicit "
+                                  "Workload (W.to_workload() when it fits in memory)")
         d = mech.design
         extra = mech.params() if hasattr(mech, "params") else {}
         if mech.kind == "strategy":

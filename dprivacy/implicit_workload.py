@@ -26,6 +26,7 @@ array([ 1.,  3.,  6., 10.])
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
 KINDS = ("ranges", "prefixes", "rectangles")
 #: Largest m * N that :meth:`ImplicitWorkload.to_workload` materialises.
 MATERIALISE_LIMIT = 50_000_000
+#: Largest N: the Gram matrix and the estimate's covariance are dense N x N (512 MB at 8192).
+MAX_N = 8192
 
 
 def _range_ends(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -75,10 +78,15 @@ class ImplicitWorkload:
         if self.kind not in KINDS:
             raise ValidationError(f"kind = {self.kind!r}: choose one of {', '.join(KINDS)}")
         want = 2 if self.kind == "rectangles" else 1
-        dims = tuple(self.shape_)
-        if len(dims) != want or not all(isinstance(d, int | np.integer) and d >= 1 for d in dims):
-            raise ShapeError(f"{self.kind} need {want} positive integer size(s), got {self.shape_}")
-        object.__setattr__(self, "shape_", tuple(int(d) for d in dims))
+        dims = tuple(self.shape_) if isinstance(self.shape_, tuple | list) else (self.shape_,)
+        if len(dims) != want or not all(isinstance(d, int | np.integer) and
+                                        not isinstance(d, bool | np.bool_) and d >= 1 for d in dims):
+            raise ShapeError(f"{self.kind} need {want} positive integer size(s), got {self.shape_!r}")
+        dims = tuple(int(d) for d in dims)
+        if math.prod(dims) > MAX_N:
+            raise ShapeError(f"{self.kind} over {math.prod(dims)} elements: at most {MAX_N} (the "
+                             "strategy's Gram and covariance matrices are dense N x N)")
+        object.__setattr__(self, "shape_", dims)
 
     @classmethod
     def all_ranges(cls, N: int) -> ImplicitWorkload:  # noqa: N803
@@ -98,13 +106,13 @@ class ImplicitWorkload:
     # ------------------------------------------------------------------ shape
     @property
     def N(self) -> int:  # noqa: N802
-        return int(np.prod(self.shape_))
+        return math.prod(self.shape_)
 
     @property
     def m(self) -> int:
         if self.kind == "prefixes":
             return self.shape_[0]
-        return int(np.prod([d * (d + 1) // 2 for d in self.shape_]))
+        return math.prod(d * (d + 1) // 2 for d in self.shape_)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -193,10 +201,10 @@ class ImplicitWorkload:
         if universe.N != self.N:
             raise ShapeError(f"the workload covers N = {self.N} elements but the universe has "
                              f"N = {universe.N}")
-        pts = universe.coords
-        if pts is None:
-            return  # no coordinates: the caller's element order defines the line or grid
-        pts = np.asarray(pts, dtype=np.float64)
+        if universe.coords is None:
+            self._check_keys(universe)
+            return
+        pts = np.asarray(universe.coords, dtype=np.float64)
         if self.kind in ("ranges", "prefixes"):
             if pts.shape[1] != 1 or np.any(np.diff(pts[:, 0]) <= 0):
                 raise ValidationError(f"{self.kind} need the universe's points on a line in "
@@ -212,6 +220,31 @@ class ImplicitWorkload:
         if not ok:
             raise ValidationError(f"rectangles need the universe's points on a full {nx} x {ny} "
                                   "grid, element a * ny + b at the a-th x and the b-th y value")
+
+    def _check_keys(self, universe: Universe) -> None:
+        """A universe without points: its key attributes must be the line (one attribute, its
+        values increasing) or the grid (two attributes with nx and ny values, the first one
+        varying slowest), as :meth:`dprivacy.Universe.from_domains` lists them."""
+        keys = list(universe.key_columns)
+        el = universe.elements
+        if self.kind in ("ranges", "prefixes"):
+            ok = len(keys) == 1 and bool(el[keys[0]].is_monotonic_increasing) and \
+                el[keys[0]].is_unique
+            if not ok:
+                raise ValidationError(f"{self.kind} need a universe with one key attribute whose "
+                                      "values increase along the elements")
+            return
+        nx, ny = self.shape_
+        ok = len(keys) == 2
+        if ok:
+            a = el[keys[0]].factorize(sort=True)[0]
+            b = el[keys[1]].factorize(sort=True)[0]
+            ok = int(a.max()) + 1 == nx and int(b.max()) + 1 == ny and \
+                np.array_equal(a * ny + b, np.arange(self.N))
+        if not ok:
+            raise ValidationError(f"rectangles need a universe with two key attributes of {nx} "
+                                  f"and {ny} values, listed as Universe.from_domains lists them "
+                                  "(the first attribute varying slowest)")
 
     def to_workload(self) -> Workload:
         """The explicit (m, N) :class:`Workload` (sparse), when m * N is at most

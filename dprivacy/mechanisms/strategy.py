@@ -88,8 +88,19 @@ class StrategyDesign:
         """The scaled (p, N) strategy A (dense)."""
         return st.materialise(self.C, self.basis)
 
+    def _maps(self) -> None:
+        """Derive the answer (or estimate) map of a design built by hand without it."""
+        if self.M is None and self.X is None:
+            if isinstance(self.workload, ImplicitWorkload):
+                self.X, self.z = _implicit_maps(self.workload, self.C, self.basis)
+            else:
+                FK, f0 = self.basis.workload(self.workload.F)
+                self.M, self.o = call_solver(st.answer_map, self.C, FK, f0,
+                                             self.basis.kind == "identity")
+
     def query_variances(self) -> np.ndarray:
         """Variance of every answer: the diagonal of 2 F A^+ A^+' F' (shape (m,))."""
+        self._maps()
         return _variances(self.workload, self.M, self.X)
 
     def expected_squared_error(self, x: object = None) -> float:
@@ -98,14 +109,28 @@ class StrategyDesign:
 
     def answer(self, y: np.ndarray, n: float) -> np.ndarray:
         """Least-squares answers from measurements y and the total n."""
+        self._maps()
         return _answers(self.workload, self.M, self.o, self.X, self.z, y, n)
+
+
+def _frozen(C: Mat) -> Mat:
+    """A read-only float64 copy of the strategy (CSR when sparse)."""
+    if is_sparse(C):
+        S = sp.csr_array(C, dtype=np.float64, copy=True)
+        for arr in (S.data, S.indices, S.indptr):
+            arr.setflags(write=False)
+        return S
+    D = np.array(C, dtype=np.float64, copy=True)
+    D.setflags(write=False)
+    return D
 
 
 def _variances(W: Workload | ImplicitWorkload, M: Mat | None, X: np.ndarray | None) -> np.ndarray:
     if M is not None:
         return 2.0 * _sq(M)
     assert isinstance(W, ImplicitWorkload) and X is not None
-    return 2.0 * W.quadratic_diagonal(X @ X.T)
+    # a covariance's quadratic forms are >= 0: clip the rounding of exact zeros (the total)
+    return np.maximum(2.0 * W.quadratic_diagonal(X @ X.T), 0.0)
 
 
 def _answers(W: Workload | ImplicitWorkload, M: Mat | None, o: np.ndarray | None,
@@ -175,6 +200,13 @@ def design_strategy(workload: Workload | Any, universe: Universe, metric: Metric
                               "ImplicitWorkload starts from the structured strategies only")
     if implicit and "gram_matrix" in options:
         raise ValidationError("an ImplicitWorkload brings its own Gram matrix")
+    if implicit and set(options.get("starts") or ()) & {"design", "rowspace"}:
+        raise ValidationError("the 'design' and 'rowspace' starts need an explicit Workload; an "
+                              "ImplicitWorkload starts from identity, tree, hierarchical, grid "
+                              "and marginals")
+    if universe.N < 2:
+        raise ValidationError("a universe of one element: every query is a multiple of the "
+                              "total, which is known; there is nothing to design")
     cs = metric.constraint_set(universe)
     u = None
     if baseline is not None:
@@ -237,14 +269,14 @@ class StrategyMechanism:
         else:
             raise PrivacyViolationError("no constraint set to check the strategy against: pass "
                                         "universe= and metric=")
-        C = design.C
-        if is_sparse(C):
-            vals = sp.csr_array(C).data
-        else:
-            vals = np.asarray(C, dtype=np.float64)
+        # the mechanism keeps its own read-only copy of the strategy and basis, taken before the
+        # check: later writes to the caller's design change nothing that is released
+        C = _frozen(design.C)
+        basis = call_solver(st.Basis.from_json, design.basis.to_json())
+        vals = C.data if is_sparse(C) else C
         if not np.all(np.isfinite(vals)):
             raise ValidationError("the strategy has NaN or infinite entries")
-        ratio, worst, _ = call_solver(st.strategy_scan, C, design.basis, cs)
+        ratio, worst, _ = call_solver(st.strategy_scan, C, basis, cs)
         if not ratio <= 1 + PRIVACY_RTOL:
             raise PrivacyViolationError(
                 f"privacy condition broken: ||A (e_i - e_j)||_1 / eps_ij = {ratio:.9g} at pair "
@@ -252,12 +284,13 @@ class StrategyMechanism:
         self.M: Mat | None = None
         self.o: np.ndarray | None = None
         if isinstance(W, ImplicitWorkload):
-            self.X, self.z = _implicit_maps(W, C, design.basis)
+            self.X, self.z = _implicit_maps(W, C, basis)
         else:
-            FK, f0 = design.basis.workload(W.F)
-            self.M, self.o = call_solver(st.answer_map, C, FK, f0, design.basis.kind == "identity")
+            FK, f0 = basis.workload(W.F)
+            self.M, self.o = call_solver(st.answer_map, C, FK, f0, basis.kind == "identity")
         self.workload = W
-        self.design = design
+        self.design = StrategyDesign(W, C, basis, self.M, self.o, float(ratio), design.lower_bound,
+                                     dict(design.report), cs, design.method, self.X, self.z)
         self.constraints = cs
         self.max_ratio_ = float(ratio)
         setup_accounting(self, universe, metric)
@@ -280,7 +313,7 @@ class StrategyMechanism:
         """
         arr = check_histogram(x, self.workload.N)
         charge_release(self, accountant)
-        s = self.design.basis.apply(arr.astype(float))
+        s = self.design.basis.apply(arr.astype(float))  # the mechanism's own checked copies
         y_true = np.asarray(self.design.C @ s, dtype=np.float64).ravel()
         y = np.asarray(noise.add_laplace(y_true, np.ones(y_true.shape), rng=rng, secure=secure),
                        dtype=np.float64).ravel()
@@ -299,7 +332,7 @@ def strategy_to_json(design: StrategyDesign) -> dict[str, Any]:
     nnz = sp.csr_array(C).nnz if is_sparse(C) else int(np.count_nonzero(C))
     out: dict[str, Any] = {"basis": design.basis.to_json(), "shape": [int(p), int(K)]}
     if nnz <= 0.25 * p * K:
-        S = sp.csr_array(C)
+        S = sp.csr_array(C, copy=True)  # C may be a mechanism's read-only copy
         S.eliminate_zeros()
         out.update(indptr=S.indptr.tolist(), indices=S.indices.tolist(), data=S.data.tolist())
     else:

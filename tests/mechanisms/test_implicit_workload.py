@@ -143,3 +143,40 @@ def test_refusals_are_clear():
         dp.design_strategy(W, U, M, baseline=wb)
     with pytest.raises(ValidationError, match="own Gram"):
         dp.design_strategy(W, U, M, gram_matrix=np.eye(4))
+
+
+def test_review_findings_stay_fixed():
+    U = dp.Universe.from_points(np.arange(5.0)[:, None])
+    M = metrics.Euclidean(1.0)
+    W = dp.ImplicitWorkload.all_ranges(5)
+    d = dp.design_strategy(W, U, M)
+    mech = dp.StrategyMechanism(W, d, universe=U, metric=M)
+    before = mech.expected_squared_error()
+    d.C = d.C * 1000  # the caller's design changes after the check: the mechanism is unaffected
+    x = np.array([0, 0, 3, 0, 0])
+    out = mech.release(x, rng=0, secure=False, accountant=dp.Accountant(total=9))
+    assert mech.expected_squared_error() == before
+    assert np.all(np.abs(out - W.answer(x)) < 200)  # a 1000x strategy would be off by ~3000
+    # sizes: booleans, non-tuples, overflowing products are refused clearly
+    for bad in ((True,), "3", (2**32, 2**32)):
+        with pytest.raises(ShapeError):
+            dp.ImplicitWorkload("ranges" if bad != (2**32, 2**32) else "rectangles", bad)
+    # a universe without points: its key attributes must be the line or the grid, in order
+    prod = dp.Universe.from_domains({"a": [0, 1, 2], "b": [0, 1]})
+    dp.ImplicitWorkload.all_rectangles(3, 2).check_universe(prod)
+    with pytest.raises(ValidationError, match="two key attributes"):
+        dp.ImplicitWorkload.all_rectangles(2, 3).check_universe(prod)
+    with pytest.raises(ValidationError, match="one key attribute"):
+        dp.ImplicitWorkload.all_ranges(6).check_universe(prod)
+    # configs refuse an implicit workload from a built mechanism too
+    with pytest.raises(ValidationError, match="implicit workload"):
+        dp.MechanismConfig.from_mechanism(mech, U, M)
+    # a hand-built design derives its maps; variances are never negative (the total's are 0)
+    hand = dp.StrategyDesign(W, d.C / 1000, d.basis, None, None)
+    assert np.allclose(hand.query_variances(), mech.query_variances())
+    assert np.all(mech.query_variances() >= 0)
+    with pytest.raises(ValidationError, match="explicit Workload"):
+        dp.design_strategy(W, U, M, starts=("design",))
+    one = dp.Universe.from_points(np.zeros((1, 1)))
+    with pytest.raises(ValidationError, match="one element"):
+        dp.design_strategy(dp.ImplicitWorkload.all_ranges(1), one, M)
