@@ -1,4 +1,4 @@
-"""Designer at scale (issue 11): exact designs for N up to 10^6 elements, and the full-scan kernel.
+"""Designer at scale: exact designs for N up to 10^6 elements, and the full-scan kernel.
 
 Cells (each in its own subprocess; ``peak_rss_mib`` is that process's peak resident memory):
 

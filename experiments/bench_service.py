@@ -1,4 +1,4 @@
-"""Remote query through ``dprivacy serve`` vs the same query in-process (issue 20 target).
+"""Remote query through ``dprivacy serve`` vs the same query in-process.
 
 A Parquet file of ``--rows`` records (pid, age, x ~ U[0,1]) is written under ``--tmp``. The same
 charged query, ``where(x > 0.5).noisy_count(eps)``, runs

@@ -1,4 +1,4 @@
-"""Benchmark of the design solvers (issue 3): time, objective, gap to exact, peak memory.
+"""Benchmark of the design solvers: time, objective, gap to exact, peak memory.
 
 Universes: N random points in the unit square with the Euclidean metric eps_ij = ||p_i - p_j||
 (dense budget matrix up to N = 5000, a block oracle beyond), and the attribute-weighted metric on

@@ -54,6 +54,8 @@ GRID_SHARE = 0.85
 DENSE_LIMIT = 2048
 #: All pairs form the working set up to this many pairs; beyond it the most loaded pairs do.
 ALL_PAIRS_LIMIT = 150_000
+#: A start within this relative distance of the lower bound is not polished (nothing to gain).
+BOUND_RTOL = 1e-3
 
 
 @dataclass
@@ -262,7 +264,14 @@ def _optimize(F: Any, cs: ConstraintSet, u: np.ndarray | None, coords: np.ndarra
         raise SolverError(f"no start gave a finite error ({scores}); is every query answerable?")
     ranked = sorted((v, k) for k, v in scores.items() if np.isfinite(v))
     best_name, best_C, best_err = ranked[0][1], cands[ranked[0][1]], ranked[0][0]
-    if K <= DENSE_LIMIT and rounds > 0 and grid is None:
+    lb = None
+    if lower_bound and K <= DENSE_LIMIT:  # before polishing: a start at the bound is kept as is
+        lb = best_bound(G_K(), base.I, base.J, base.eps) if complete else \
+            best_bound(G_K(), *_nearest_pairs(cs, N))
+    at_bound = lb is not None and best_err <= lb * (1.0 + BOUND_RTOL)
+    if at_bound:
+        notes["polish"] = f"skipped: the best start is within {BOUND_RTOL:.1%} of the lower bound"
+    if K <= DENSE_LIMIT and rounds > 0 and grid is None and not at_bound:
         obj = Objective(G_K(), centre)
         for _, name in ranked[:max(1, polish_top)]:
             if name == "rowspace":  # polished in its own (reduced) coordinates already
@@ -305,11 +314,6 @@ def _optimize(F: Any, cs: ConstraintSet, u: np.ndarray | None, coords: np.ndarra
     else:
         M, o = answer_map(C, FK, f0, centre)
         err = 2.0 * float((M.multiply(M)).sum() if is_sparse(M) else np.sum(M * M))
-    lb = None
-    if lower_bound and K <= DENSE_LIMIT:
-        G = G_K()
-        lb = best_bound(G, base.I, base.J, base.eps) if complete else \
-            best_bound(G, *_nearest_pairs(cs, N))
     rs_bound = notes.get("rowspace", {}).get("l2_bound")
     if lower_bound and rs_bound is not None:
         lb = rs_bound if lb is None else max(lb, rs_bound)

@@ -17,7 +17,7 @@ expression:
   Ibis release is refused until someone reviews it).
 
 **Totality.** A row-wise expression must not fail on data: an exception raised by one record
-would reveal that the record is present (the overflow leak of issue 9). :func:`make_total`
+would reveal that the record is present (an overflow leak). :func:`make_total`
 rewrites the checked expression so that no record can make it raise: casts become ``TRY_CAST``
 (NULL when a value does not convert), integer and decimal ``+ - * // % abs neg`` are computed in
 float64 and cast back with ``TRY_CAST`` (out of range -> NULL), and a zero divisor of ``/ // %``
