@@ -240,6 +240,16 @@ def _g(v: float) -> str:
     return "" if pd.isna(v) else f"{v:.4g}"
 
 
+def _load() -> str:
+    """The 1-minute load average (the timings depend on what else ran), or 'unknown'."""
+    try:
+        import os
+
+        return f"{os.getloadavg()[0]:.1f}"
+    except (AttributeError, OSError):
+        return "unknown"
+
+
 def write_markdown(df: pd.DataFrame, vs_n: pd.DataFrame | None, seeds: pd.DataFrame | None,
                    outdir: Path, quick: bool, name: str = NAME) -> None:
     s = summarize(df)
@@ -247,8 +257,8 @@ def write_markdown(df: pd.DataFrame, vs_n: pd.DataFrame | None, seeds: pd.DataFr
     lines = [f"# Strategy mechanisms vs (w, beta) rescaling{' (--quick)' if quick else ''}", "",
              "Total expected squared error over the workload, one run of "
              "`python -m experiments.strategy_vs_scaling`"
-             f"{' --quick' if quick else ''} on the shared 2-core development machine (timings "
-             "are pessimistic: other jobs shared the cores).", "",
+             f"{' --quick' if quick else ''} on the 2-core development machine; 1-minute load "
+             f"average when the table was written: {_load()}.", "",
              "| workload | N | m | eps_min-DP | exact (w, beta) | prefix sums | strategy | "
              "(w,beta)/strategy | lower bound | strategy s | max ratio (independent) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
