@@ -38,6 +38,7 @@ from dprivacy.config_json import (
 from dprivacy.design import Design
 from dprivacy.errors import ConfigError, ConfigMismatchError, ValidationError
 from dprivacy.fingerprints import ENCODING
+from dprivacy.implicit_workload import ImplicitWorkload
 from dprivacy.mechanisms.exponential import DXExponential
 from dprivacy.mechanisms.laplace import DXLaplace
 from dprivacy.mechanisms.mwem import DXMWEM
@@ -82,7 +83,12 @@ def _metric_params(metric: Metric) -> dict[str, Any]:
     return {"params": json.loads(text)}
 
 
-def _identity_parts(universe: Universe, metric: Metric, workload: Workload,
+def _as_workload(workload: Any) -> Workload | ImplicitWorkload:
+    """An ImplicitWorkload as it is (strategy mechanisms only), anything else as a Workload."""
+    return workload if isinstance(workload, Workload | ImplicitWorkload) else Workload(workload)
+
+
+def _identity_parts(universe: Universe, metric: Metric, workload: Workload | ImplicitWorkload,
                     encoding: str = ENCODING) -> dict[str, Any]:
     """Fingerprint builders per part, in checking order (each computed only when needed)."""
     legacy = encoding == LEGACY_ENCODING
@@ -93,12 +99,14 @@ def _identity_parts(universe: Universe, metric: Metric, workload: Workload,
                            "fingerprint": metric.legacy_fingerprint_v1(universe) if legacy
                            else metric.fingerprint(universe)},
         "workload": lambda: {"m": workload.m, "N": workload.N,
-                             "fingerprint": workload.legacy_fingerprint_v1() if legacy
+                             "fingerprint": workload.legacy_fingerprint_v1()
+                             if legacy and isinstance(workload, Workload)
                              else workload.fingerprint()},
     }
 
 
-def _identity(universe: Universe, metric: Metric, workload: Workload) -> dict[str, Any]:
+def _identity(universe: Universe, metric: Metric, workload: Workload | ImplicitWorkload
+              ) -> dict[str, Any]:
     return {k: f() for k, f in _identity_parts(universe, metric, workload).items()}
 
 
@@ -145,17 +153,21 @@ class MechanismConfig:
 
     # ------------------------------------------------------------ building
     @classmethod
-    def from_design(cls, workload: Workload, universe: Universe, metric: Metric,
+    def from_design(cls, workload: Workload | ImplicitWorkload | Any, universe: Universe,
+                    metric: Metric,
                     design: Design | StrategyDesign, kind: str = "laplace",
                     **params: Any) -> MechanismConfig:
         """Config for ``kind`` built from ``design`` (verified now by building the mechanism).
 
         ``params``: ``T`` for "mwem" (default ``design.report["T"]``), ``size`` for "smalldb".
         """
-        if not isinstance(workload, Workload):
-            workload = Workload(workload)  # an ImplicitWorkload is refused here, clearly
+        workload = _as_workload(workload)
         if isinstance(design, StrategyDesign):
             kind = "strategy"
+        elif isinstance(workload, ImplicitWorkload):
+            raise ValidationError(f"{workload!r} is an implicit workload: only strategy "
+                                  "mechanisms take it (dprivacy.design_strategy); other mechanisms "
+                                  "need W.to_workload()")
         if kind not in KINDS:
             raise ValidationError(f"kind = {kind!r}: choose one of {', '.join(KINDS)}")
         extra = {k: v for k, v in params.items() if v is not None}
@@ -179,11 +191,8 @@ class MechanismConfig:
         return cls._of(mech, mechanism.workload, universe, metric)
 
     @classmethod
-    def _of(cls, mech: Any, workload: Workload, universe: Universe, metric: Metric
+    def _of(cls, mech: Any, workload: Workload | ImplicitWorkload, universe: Universe, metric: Metric
             ) -> MechanismConfig:
-        if not isinstance(workload, Workload):  # an ImplicitWorkload: configs hold F itself
-            raise ValidationError(f"{workload!r} is an implicit workload: configs hold an explicit "
-                                  "Workload (W.to_workload() when it fits in memory)")
         d = mech.design
         extra = mech.params() if hasattr(mech, "params") else {}
         if mech.kind == "strategy":
@@ -278,16 +287,17 @@ class MechanismConfig:
 
     @classmethod
     def load(cls, path: str | os.PathLike, universe: Universe, metric: Metric,
-             workload: Workload) -> MechanismConfig:
+             workload: Workload | ImplicitWorkload) -> MechanismConfig:
         """Read a config made for exactly these inputs and re-verify its privacy condition.
 
         Raises :class:`ConfigError` (unreadable, truncated, not JSON, unknown schema/version),
         :class:`ConfigMismatchError` (universe, metric or workload differ; the message names
         which) or :class:`PrivacyViolationError` (the stored parameters are not private for
         ``metric.constraint_set(universe)``, e.g. an edited beta).  Nothing is released.
+        A strategy config made for an :class:`~dprivacy.ImplicitWorkload` loads with the same
+        implicit workload (its fingerprint is its kind and sizes, not the written-out matrix's).
         """
-        if not isinstance(workload, Workload):
-            workload = Workload(workload)
+        workload = _as_workload(workload)
         try:
             with open(path, "rb") as fh:
                 size = os.fstat(fh.fileno()).st_size
@@ -303,12 +313,11 @@ class MechanismConfig:
         return cls.loads(text, universe, metric, workload, where=repr(str(path)))
 
     @classmethod
-    def loads(cls, text: str, universe: Universe, metric: Metric, workload: Workload, *,
+    def loads(cls, text: str, universe: Universe, metric: Metric, workload: Workload | ImplicitWorkload, *,
               where: str = "the config") -> MechanismConfig:
         """:meth:`load` from the JSON text itself (the same strict parsing and verification:
         NaN, Infinity, overflowing floats and integers beyond 2^53 are refused)."""
-        if not isinstance(workload, Workload):
-            workload = Workload(workload)
+        workload = _as_workload(workload)
         try:
             doc = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float,
                              parse_int=_bounded_int)
@@ -324,7 +333,7 @@ class MechanismConfig:
         return cfg.bind(workload, universe, metric)
 
     # ------------------------------------------------------------ verification
-    def check_inputs(self, workload: Workload, universe: Universe, metric: Metric) -> None:
+    def check_inputs(self, workload: Workload | ImplicitWorkload, universe: Universe, metric: Metric) -> None:
         """Raise :class:`ConfigMismatchError` naming the first input that differs."""
         parts = _identity_parts(universe, metric, workload, self.encoding)
         keys = {"universe": ("N", "fingerprint"),
@@ -344,7 +353,8 @@ class MechanismConfig:
                         f"{part} given has {_short(b)}; load it with the {part} it was exported for"
                     )
 
-    def bind(self, workload: Workload, universe: Universe, metric: Metric) -> MechanismConfig:
+    def bind(self, workload: Workload | ImplicitWorkload, universe: Universe,
+             metric: Metric) -> MechanismConfig:
         """Check the inputs and the privacy condition; return a copy bound to these inputs."""
         self.check_inputs(workload, universe, metric)
         try:
@@ -406,7 +416,7 @@ def _ro(a: np.ndarray) -> np.ndarray:
     return out
 
 
-def _build(kind: str, workload: Workload, design: Any, universe: Universe, metric: Metric,
+def _build(kind: str, workload: Workload | ImplicitWorkload, design: Any, universe: Universe, metric: Metric,
            params: Mapping[str, Any]) -> Any:
     """Construct (and so verify) the mechanism of ``kind`` against universe + metric."""
     cls = KINDS[kind]

@@ -340,7 +340,8 @@ def strategy_to_json(design: StrategyDesign) -> dict[str, Any]:
     return out
 
 
-def strategy_from_json(doc: Any, workload: Workload, constraints: ConstraintSet | None,
+def strategy_from_json(doc: Any, workload: Workload | ImplicitWorkload,
+                       constraints: ConstraintSet | None,
                        report: dict[str, Any] | None = None) -> StrategyDesign:
     """Inverse of :func:`strategy_to_json` for ``workload``; raises ValidationError on any
     malformed part (shapes, non-finite entries, a basis that is not a spanning tree)."""
@@ -362,6 +363,10 @@ def strategy_from_json(doc: Any, workload: Workload, constraints: ConstraintSet 
     vals = sp.csr_array(C).data if is_sparse(C) else C
     if not np.all(np.isfinite(vals)):
         raise ValidationError("the strategy has NaN or infinite entries")
+    if isinstance(workload, ImplicitWorkload):
+        X, z = _implicit_maps(workload, C, basis)
+        return StrategyDesign(workload, C, basis, None, None, report=dict(report or {}),
+                              constraints=constraints, X=X, z=z)
     FK, f0 = basis.workload(workload.F)
     M, o = call_solver(st.answer_map, C, FK, f0, basis.kind == "identity")
     return StrategyDesign(workload, C, basis, M, o, report=dict(report or {}),

@@ -135,10 +135,10 @@ def test_refusals_are_clear():
     W = dp.ImplicitWorkload.all_ranges(4)
     with pytest.raises(ValidationError, match="implicit workload"):
         dp.design(W, U, M)
-    with pytest.raises(ValidationError, match="implicit workload"):
-        dp.MechanismConfig.from_design(W, U, M, dp.design_strategy(W, U, M))
     with pytest.warns(ExactAnswerWarning):  # the range [0, 3] is the total
         wb = dp.design(W.to_workload(), U, M)
+    with pytest.raises(ValidationError, match="implicit workload"):  # a (w, beta) config
+        dp.MechanismConfig.from_design(W, U, M, wb)
     with pytest.raises(ValidationError, match="baseline"):
         dp.design_strategy(W, U, M, baseline=wb)
     with pytest.raises(ValidationError, match="own Gram"):
@@ -168,9 +168,6 @@ def test_review_findings_stay_fixed():
         dp.ImplicitWorkload.all_rectangles(2, 3).check_universe(prod)
     with pytest.raises(ValidationError, match="one key attribute"):
         dp.ImplicitWorkload.all_ranges(6).check_universe(prod)
-    # configs refuse an implicit workload from a built mechanism too
-    with pytest.raises(ValidationError, match="implicit workload"):
-        dp.MechanismConfig.from_mechanism(mech, U, M)
     # a hand-built design derives its maps; variances are never negative (the total's are 0)
     hand = dp.StrategyDesign(W, d.C / 1000, d.basis, None, None)
     assert np.allclose(hand.query_variances(), mech.query_variances())
@@ -180,3 +177,30 @@ def test_review_findings_stay_fixed():
     one = dp.Universe.from_points(np.zeros((1, 1)))
     with pytest.raises(ValidationError, match="one element"):
         dp.design_strategy(dp.ImplicitWorkload.all_ranges(1), one, M)
+
+
+def test_config_round_trip_with_an_implicit_workload(tmp_path):
+    U = _grid(3, 4)
+    M = metrics.Euclidean(0.8)
+    W = dp.ImplicitWorkload.all_rectangles(3, 4)
+    d = dp.design_strategy(W, U, M, rounds=1)
+    cfg = dp.MechanismConfig.from_design(W, U, M, d)
+    path = cfg.save(tmp_path / "rect.json")
+    back = dp.MechanismConfig.load(path, U, M, W)
+    mech = back.to_mechanism()
+    assert np.allclose(mech.query_variances(), d.query_variances())
+    assert all_pairs_ratio(mech.design.strategy, M.budget(U)) <= 1 + 1e-9
+    assert dp.MechanismConfig.from_mechanism(mech, U, M) == back
+    # another workload (the written-out matrix, or other sizes) is refused by its fingerprint
+    with pytest.raises(dp.errors.ConfigMismatchError, match="workload"):
+        dp.MechanismConfig.load(path, U, M, W.to_workload())
+    with pytest.raises(dp.errors.ConfigMismatchError, match="workload"):
+        dp.MechanismConfig.load(path, U, M, dp.ImplicitWorkload.all_rectangles(4, 3))
+    # an edited strategy is re-verified on load
+    doc = cfg.to_dict()
+    key = "dense" if "dense" in doc["design"]["strategy"] else "data"
+    doc["design"]["strategy"][key] = [2 * v for v in doc["design"]["strategy"][key]]
+    import json
+    (tmp_path / "edited.json").write_text(json.dumps(doc))
+    with pytest.raises(dp.errors.PrivacyViolationError):
+        dp.MechanismConfig.load(tmp_path / "edited.json", U, M, W)
