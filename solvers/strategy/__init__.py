@@ -9,7 +9,9 @@ record, so the total n is known exactly and only the component of x orthogonal t
 :func:`optimize_strategy` picks the best of several starts (the identity / Blowfish transform,
 the (w, beta) design A = diag(u) F, a k-d hierarchy, weighted marginals) by their exact error and
 polishes it by gradient descent on ``c(A)^2 ||F A^+||_F^2`` (:mod:`solvers.strategy.optimize`).
-Points on a regular 2-D grid are instead polished coarse to fine (:mod:`solvers.strategy.grid`).
+Points on a regular 2-D grid are instead polished coarse to fine (:mod:`solvers.strategy.grid`),
+and also start from shifted blocks whose levels share no boundary
+(:mod:`solvers.strategy.shifted_blocks`; the only grid start beyond the dense limit).
 numpy / scipy only; never imports dprivacy.
 """
 
@@ -33,6 +35,7 @@ from solvers.strategy.grid import detect_grid, grid_strategy
 from solvers.strategy.implicit import basis_gram
 from solvers.strategy.objective import Objective, answer_map, gram
 from solvers.strategy.optimize import blas_threads, polish
+from solvers.strategy.shifted_blocks import shifted_blocks
 from solvers.strategy.starts import (
     design_start,
     identity_start,
@@ -44,7 +47,7 @@ from solvers.strategy.starts import (
 __all__ = ["Basis", "StrategyResult", "answer_map", "choose_basis", "materialise",
            "optimize_strategy", "strategy_scan"]
 
-STARTS = ("identity", "tree", "design", "hierarchical", "marginals", "rowspace", "grid")
+STARTS = ("identity", "tree", "design", "hierarchical", "marginals", "rowspace", "grid", "blocks")
 #: The row-space start (A = M Q', :mod:`solvers.strategy.rowspace`) for workloads of at most
 #: this many queries over at most this many pairs (every pair in an r x P matrix).
 ROWSPACE_MAX_M, ROWSPACE_MAX_PAIRS = 40, 1_000_000
@@ -205,6 +208,10 @@ def _optimize(F: Any, cs: ConstraintSet, u: np.ndarray | None, coords: np.ndarra
         wanted = tuple(w for w in wanted if w not in ("tree", "hierarchical"))
     if "identity" in wanted:
         cands["identity"] = identity_start(basis, edge_eps)
+    lattice = grid if grid is not None else (
+        detect_grid(coords) if "blocks" in wanted and centre and cs.kind != "edges" else None)
+    if "blocks" in wanted and lattice is not None:
+        cands["blocks"] = shifted_blocks(lattice)
     if "tree" in wanted and centre and K <= DENSE_LIMIT:
         ti, tj, te = (base.I, base.J, base.eps) if complete else _nearest_pairs(cs, N)
         try:
