@@ -38,7 +38,7 @@ from dprivacy.config_json import (
 from dprivacy.design import Design
 from dprivacy.errors import ConfigError, ConfigMismatchError, ValidationError
 from dprivacy.fingerprints import ENCODING
-from dprivacy.implicit_workload import ImplicitWorkload
+from dprivacy.implicit_workload import ImplicitWorkload, as_workload
 from dprivacy.mechanisms.exponential import DXExponential
 from dprivacy.mechanisms.laplace import DXLaplace
 from dprivacy.mechanisms.mwem import DXMWEM
@@ -81,11 +81,6 @@ def _metric_params(metric: Metric) -> dict[str, Any]:
     if len(text) > _MAX_INLINE_PARAMS:
         return {"params_sha256": hashlib.sha256(text.encode()).hexdigest()}
     return {"params": json.loads(text)}
-
-
-def _as_workload(workload: Any) -> Workload | ImplicitWorkload:
-    """An ImplicitWorkload as it is (strategy mechanisms only), anything else as a Workload."""
-    return workload if isinstance(workload, Workload | ImplicitWorkload) else Workload(workload)
 
 
 def _identity_parts(universe: Universe, metric: Metric, workload: Workload | ImplicitWorkload,
@@ -161,7 +156,7 @@ class MechanismConfig:
 
         ``params``: ``T`` for "mwem" (default ``design.report["T"]``), ``size`` for "smalldb".
         """
-        workload = _as_workload(workload)
+        workload = as_workload(workload)
         if isinstance(design, StrategyDesign):
             kind = "strategy"
         elif isinstance(workload, ImplicitWorkload):
@@ -297,7 +292,7 @@ class MechanismConfig:
         A strategy config made for an :class:`~dprivacy.ImplicitWorkload` loads with the same
         implicit workload (its fingerprint is its kind and sizes, not the written-out matrix's).
         """
-        workload = _as_workload(workload)
+        workload = as_workload(workload)
         try:
             with open(path, "rb") as fh:
                 size = os.fstat(fh.fileno()).st_size
@@ -317,7 +312,7 @@ class MechanismConfig:
               where: str = "the config") -> MechanismConfig:
         """:meth:`load` from the JSON text itself (the same strict parsing and verification:
         NaN, Infinity, overflowing floats and integers beyond 2^53 are refused)."""
-        workload = _as_workload(workload)
+        workload = as_workload(workload)
         try:
             doc = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float,
                              parse_int=_bounded_int)

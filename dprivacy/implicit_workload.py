@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -45,6 +45,12 @@ KINDS = ("ranges", "prefixes", "rectangles")
 MATERIALISE_LIMIT = 50_000_000
 #: Largest N: the Gram matrix and the estimate's covariance are dense N x N (512 MB at 8192).
 MAX_N = 8192
+
+
+def as_workload(workload: Any) -> Workload | ImplicitWorkload:
+    """An :class:`ImplicitWorkload` or a :class:`Workload` as it is, anything else (an (m, N)
+    matrix) as a Workload."""
+    return workload if isinstance(workload, Workload | ImplicitWorkload) else Workload(workload)
 
 
 def _range_ends(n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -25,13 +25,13 @@ import solvers.strategy as st
 from dprivacy import noise
 from dprivacy.design import PRIVACY_RTOL, Design, call_solver
 from dprivacy.errors import PrivacyViolationError, ShapeError, ValidationError
-from dprivacy.implicit_workload import ImplicitWorkload
+from dprivacy.implicit_workload import ImplicitWorkload, as_workload
 from dprivacy.mechanisms._release import charge_release, setup_accounting
 from dprivacy.universe import check_histogram
 from dprivacy.workload import Workload
 from solvers.errors import SolverError
 from solvers.strategy.basis import Mat, is_sparse
-from solvers.strategy.estimate import estimate_map, unanswered
+from solvers.strategy.estimate import estimate_map
 from solvers.strategy.implicit import basis_gram
 
 if TYPE_CHECKING:
@@ -91,12 +91,7 @@ class StrategyDesign:
     def _maps(self) -> None:
         """Derive the answer (or estimate) map of a design built by hand without it."""
         if self.M is None and self.X is None:
-            if isinstance(self.workload, ImplicitWorkload):
-                self.X, self.z = _implicit_maps(self.workload, self.C, self.basis)
-            else:
-                FK, f0 = self.basis.workload(self.workload.F)
-                self.M, self.o = call_solver(st.answer_map, self.C, FK, f0,
-                                             self.basis.kind == "identity")
+            self.M, self.o, self.X, self.z = _maps_for(self.workload, self.C, self.basis)
 
     def query_variances(self) -> np.ndarray:
         """Variance of every answer: the diagonal of 2 F A^+ A^+' F' (shape (m,))."""
@@ -143,18 +138,20 @@ def _answers(W: Workload | ImplicitWorkload, M: Mat | None, o: np.ndarray | None
     return W.answer(X @ yv + float(n) * z)
 
 
-def _as_workload(workload: Any) -> Workload | ImplicitWorkload:
-    return workload if isinstance(workload, Workload | ImplicitWorkload) else Workload(workload)
-
-
-def _implicit_maps(W: ImplicitWorkload, C: Mat, basis: st.Basis) -> tuple[np.ndarray, np.ndarray]:
-    """(X, z) of the estimate ``X y + n z``, after checking that every query of W is answerable."""
-    G = call_solver(basis_gram, basis, W.gram())
-    share = call_solver(unanswered, G, C, basis.kind == "identity")
-    if share > 1e-9:
-        raise ValidationError(f"{share:.3g} of the workload lies outside the row space of the "
-                              "strategy: it cannot be answered from the release")
-    return call_solver(estimate_map, C, basis)
+def _maps_for(W: Workload | ImplicitWorkload, C: Mat, basis: st.Basis
+              ) -> tuple[Mat | None, np.ndarray | None, np.ndarray | None, np.ndarray | None]:
+    """(M, o, X, z): the answer map ``M y + n o`` of an explicit workload, or the estimate map
+    ``x_hat = X y + n z`` of an implicit one after checking that every query is answerable."""
+    if isinstance(W, ImplicitWorkload):
+        G = call_solver(basis_gram, basis, W.gram())
+        X, z, share = call_solver(estimate_map, C, basis, G)
+        if share > 1e-9:
+            raise ValidationError(f"{share:.3g} of the workload lies outside the row space of "
+                                  "the strategy: it cannot be answered from the release")
+        return None, None, X, z
+    FK, f0 = basis.workload(W.F)
+    M, o = call_solver(st.answer_map, C, FK, f0, basis.kind == "identity")
+    return M, o, None, None
 
 
 def _codes(universe: Universe) -> np.ndarray | None:
@@ -192,7 +189,7 @@ def design_strategy(workload: Workload | Any, universe: Universe, metric: Metric
     >>> d.strategy.shape[1], d.expected_squared_error() > 0
     (8, True)
     """
-    W = _as_workload(workload)
+    W = as_workload(workload)
     W.check_universe(universe)
     implicit = isinstance(W, ImplicitWorkload)
     if implicit and baseline is not None:
@@ -252,7 +249,7 @@ class StrategyMechanism:
 
     def __init__(self, workload: Workload | ImplicitWorkload | Any, design: StrategyDesign, *,
                  universe: Universe | None = None, metric: Metric | None = None) -> None:
-        W = _as_workload(workload)
+        W = as_workload(workload)
         if not isinstance(design, StrategyDesign):
             raise ValidationError(f"design is a {type(design).__name__}: expected a StrategyDesign "
                                   "(dprivacy.design_strategy)")
@@ -281,13 +278,7 @@ class StrategyMechanism:
             raise PrivacyViolationError(
                 f"privacy condition broken: ||A (e_i - e_j)||_1 / eps_ij = {ratio:.9g} at pair "
                 f"{worst} (allowed 1 + {PRIVACY_RTOL:g}); scale the strategy down")
-        self.M: Mat | None = None
-        self.o: np.ndarray | None = None
-        if isinstance(W, ImplicitWorkload):
-            self.X, self.z = _implicit_maps(W, C, basis)
-        else:
-            FK, f0 = basis.workload(W.F)
-            self.M, self.o = call_solver(st.answer_map, C, FK, f0, basis.kind == "identity")
+        self.M, self.o, self.X, self.z = _maps_for(W, C, basis)
         self.workload = W
         self.design = StrategyDesign(W, C, basis, self.M, self.o, float(ratio), design.lower_bound,
                                      dict(design.report), cs, design.method, self.X, self.z)
@@ -363,11 +354,6 @@ def strategy_from_json(doc: Any, workload: Workload | ImplicitWorkload,
     vals = sp.csr_array(C).data if is_sparse(C) else C
     if not np.all(np.isfinite(vals)):
         raise ValidationError("the strategy has NaN or infinite entries")
-    if isinstance(workload, ImplicitWorkload):
-        X, z = _implicit_maps(workload, C, basis)
-        return StrategyDesign(workload, C, basis, None, None, report=dict(report or {}),
-                              constraints=constraints, X=X, z=z)
-    FK, f0 = basis.workload(workload.F)
-    M, o = call_solver(st.answer_map, C, FK, f0, basis.kind == "identity")
+    M, o, X, z = _maps_for(workload, C, basis)
     return StrategyDesign(workload, C, basis, M, o, report=dict(report or {}),
-                          constraints=constraints)
+                          constraints=constraints, X=X, z=z)

@@ -29,7 +29,7 @@ from solvers.errors import SolverError
 from solvers.strategy.basis import Basis, Mat, is_sparse
 from solvers.strategy.bound import best_bound
 from solvers.strategy.constraint import PairSet, materialise, strategy_scan
-from solvers.strategy.estimate import estimate_map, unanswered
+from solvers.strategy.estimate import estimate_map
 from solvers.strategy.few_queries import rowspace_strategy
 from solvers.strategy.grid import detect_grid, grid_strategy
 from solvers.strategy.implicit import basis_gram
@@ -310,14 +310,13 @@ def _optimize(F: Any, cs: ConstraintSet, u: np.ndarray | None, coords: np.ndarra
     X = z = None
     if implicit:
         M = o = None
-        share = unanswered(G_K(), C, centre)
+        X, z, share = estimate_map(C, basis, G_K())
         if share > 1e-9:
             raise SolverError(f"{share:.3g} of the workload lies outside the row space of the "
                               "strategy: it cannot be answered from the release")
-        X, z = estimate_map(C, basis)
-        XK = np.asarray(X if basis.kind == "identity" else np.linalg.pinv(
-            np.asarray(C.toarray() if is_sparse(C) else C)))
-        err = 2.0 * float(np.sum(XK * (G_K() @ XK)))
+        # every query answerable and the strategy of full rank (exact_score): 2 tr(G_K X_K^+)
+        err = 2.0 * Objective(G_K(), centre).value(
+            np.asarray(C.toarray() if is_sparse(C) else C, dtype=np.float64))
     else:
         M, o = answer_map(C, FK, f0, centre)
         err = 2.0 * float((M.multiply(M)).sum() if is_sparse(M) else np.sum(M * M))

@@ -10,7 +10,8 @@ large for an m x N answer map), answers are computed as ``F x_hat`` with the est
 
 The answers then equal the explicit answer map's ``M y + n o`` (:func:`answer_map`) for every F
 whose rows lie in the row space of the strategy, and their covariance is ``2 F X X' F'``.
-:func:`unanswered` measures from G alone how much of F lies outside that row space.
+:func:`estimate_map` also measures, from G alone and with the same singular value
+decomposition, how much of F lies outside that row space.
 numpy / scipy only; never imports dprivacy.
 """
 
@@ -28,32 +29,26 @@ def _dense(C: Mat) -> np.ndarray:
     return np.asarray(C.toarray() if is_sparse(C) else C, dtype=np.float64)
 
 
-def estimate_map(C: Mat, basis: Basis, rtol: float = 1e-9) -> tuple[np.ndarray, np.ndarray]:
-    """(X, z) with the least-squares estimate ``x_hat = X y + n z`` (module doc)."""
+def estimate_map(C: Mat, basis: Basis, G: np.ndarray, rtol: float = 1e-9
+                 ) -> tuple[np.ndarray, np.ndarray, float]:
+    """(X, z, share): the least-squares estimate ``x_hat = X y + n z`` (module doc), and
+    ``share = ||F_K (I - Pi)||_F^2 / ||F_K||_F^2`` computed from ``G = F_K' F_K`` (in the
+    strategy's basis, centred for the identity basis), the part of the workload outside the row
+    space of the strategy (Pi its orthogonal projector; 0 when every query can be answered).
+    One singular value decomposition of the (centred) strategy gives both."""
     Cd = _dense(C)
-    if basis.kind == "identity":
-        N = basis.N  # noqa: N806
-        X = np.linalg.pinv(centred(Cd), rcond=rtol)  # (N, p)
-        z = (1.0 - X @ Cd.sum(axis=1)) / N
-        return X, z
-    B = sp.csc_array(basis.B())
-    X = np.asarray(B @ np.linalg.pinv(Cd, rcond=rtol))
-    z = np.zeros(basis.N)
-    z[basis.root] = 1.0
-    return X, z
-
-
-def unanswered(G: np.ndarray, C: Mat, centre: bool, rtol: float = 1e-9) -> float:
-    """``||F_K (I - Pi)||_F^2 / ||F_K||_F^2`` from ``G = F_K' F_K`` (in the strategy's basis,
-    centred when ``centre``): the share of the workload outside the row space of the strategy
-    (Pi its orthogonal projector); 0 when every query can be answered."""
-    Cd = _dense(C)
-    Cc = centred(Cd) if centre else Cd
-    _, s, Vt = np.linalg.svd(Cc, full_matrices=False)
+    identity = basis.kind == "identity"
+    Cc = centred(Cd) if identity else Cd
+    U, s, Vt = np.linalg.svd(Cc, full_matrices=False)
     keep = s > rtol * max(float(s[0]) if s.size else 0.0, 1e-300)
     V = Vt[keep].T
     total = float(np.trace(G))
     if total <= 0:
         raise SolverError("the workload's Gram matrix is zero: nothing to answer")
-    inside = float(np.sum(V * (G @ V)))
-    return max(0.0, total - inside) / total
+    share = max(0.0, total - float(np.sum(V * (G @ V)))) / total
+    R = (V / s[keep]) @ U[:, keep].T  # the pseudo-inverse (K, p)
+    if identity:
+        return R, (1.0 - R @ Cd.sum(axis=1)) / basis.N, share
+    z = np.zeros(basis.N)
+    z[basis.root] = 1.0
+    return np.asarray(sp.csc_array(basis.B()) @ R), z, share
