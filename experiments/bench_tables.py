@@ -66,11 +66,7 @@ GROUPS_OPT = ("spark",)  # run only when named in --only
 K = 64  # elements of the histogram's universe
 
 
-def make_frame(n: int, seed: int = 0) -> pd.DataFrame:
-    """n records: an id, x ~ U[0, 1], y ∈ 0..9."""
-    gen = np.random.default_rng(seed)
-    return pd.DataFrame({"id": np.arange(n, dtype=np.int64), "x": gen.random(n),
-                         "y": gen.integers(0, 10, n, dtype=np.int64)})
+make_frame = speed.make_frame
 
 
 def best_of(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:

@@ -51,10 +51,9 @@ def _child(rows: int, repeats: int, tmp: str, queue: Any) -> None:
     from dprivacy.tables import ProPerTable, Queryable
     from dprivacy.tables.relations.engine.backends import default_duckdb
     from experiments import bench_tables_speed as speed
-    from experiments.bench_tables import make_frame
 
     con = duckdb.connect()
-    df = make_frame(rows)
+    df = speed.make_frame(rows)
     con.register("frame", df)
     groups = Path(tmp) / f"groups_{rows}.parquet"
     G = speed.GROUPS

@@ -34,6 +34,13 @@ import pandas as pd
 GROUPS = 1000
 
 
+def make_frame(n: int, seed: int = 0) -> pd.DataFrame:
+    """n records: an id, x ~ U[0, 1], y ∈ 0..9 (the frame every table benchmark measures)."""
+    gen = np.random.default_rng(seed)
+    return pd.DataFrame({"id": np.arange(n, dtype=np.int64), "x": gen.random(n),
+                         "y": gen.integers(0, 10, n, dtype=np.int64)})
+
+
 def run_times(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, list[float]]:
     """Wall times of each function over interleaved runs (a, b, a, b, ...), after one warm-up each."""
     for f in fns.values():

@@ -34,10 +34,10 @@ LAYERS = {
 }
 
 
-def _modules() -> dict[str, tuple[Path, bool]]:
+def _modules(packages: tuple[str, ...] = PACKAGES) -> dict[str, tuple[Path, bool]]:
     """Dotted module name -> (file, is a package's ``__init__``)."""
     out: dict[str, tuple[Path, bool]] = {}
-    for pkg in PACKAGES:
+    for pkg in packages:
         for path in sorted((ROOT / pkg).rglob("*.py")):
             parts = list(path.relative_to(ROOT).with_suffix("").parts)
             is_pkg = parts[-1] == "__init__"
@@ -48,21 +48,21 @@ def _modules() -> dict[str, tuple[Path, bool]]:
 MODULES = _modules()
 
 
-def _target(name: str) -> str | None:
+def _target(name: str, modules: dict[str, tuple[Path, bool]] = MODULES) -> str | None:
     """The project module an imported name lives in (its longest known prefix), or None."""
-    while name and name not in MODULES:
+    while name and name not in modules:
         name = name.rpartition(".")[0]
     return name or None
 
 
-def _imports(module: str) -> Iterator[tuple[str, int]]:
+def _imports(module: str, modules: dict[str, tuple[Path, bool]] = MODULES) -> Iterator[tuple[str, int]]:
     """(imported project module, line) for every import statement anywhere in ``module``."""
-    path, is_pkg = MODULES[module]
+    path, is_pkg = modules[module]
     here = module if is_pkg else module.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if (t := _target(alias.name)) is not None:
+                if (t := _target(alias.name, modules)) is not None:
                     yield t, node.lineno
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
@@ -73,7 +73,7 @@ def _imports(module: str) -> Iterator[tuple[str, int]]:
                 base = f"{anchor}.{base}" if base else anchor
             for alias in node.names:  # `from pkg import mod` imports the module pkg.mod
                 full = f"{base}.{alias.name}"
-                if (t := _target(full if full in MODULES else base)) is not None:
+                if (t := _target(full if full in modules else base, modules)) is not None:
                     yield t, node.lineno
 
 
@@ -150,6 +150,17 @@ def test_no_import_circle() -> None:
         f"{a} -> {b} (line {GRAPH[a][b]})" for a in c for b in c if b in GRAPH[a]) for c in cycles]
     assert not cycles, "import circles (move the shared piece into a module of its own):\n" + \
         "\n".join(detail)
+
+
+def test_no_import_circle_anywhere_in_the_repository() -> None:
+    """The experiments, the examples and the tests import each other without circles too."""
+    everything = _modules(PACKAGES + tuple(
+        d for d in ("experiments", "tests", "examples") if (ROOT / d / "__init__.py").is_file()))
+    graph = {m: {t: line for t, line in _imports(m, everything) if t != m} for m in everything}
+    assert any(m.startswith("experiments.") for m in graph) and any(m.startswith("tests.") for m in graph)
+    cycles = _cycles(graph)
+    assert not cycles, "import circles (move the shared piece into a module of its own):\n" + \
+        "\n".join(" <-> ".join(c) for c in cycles)
 
 
 def test_solvers_never_import_dprivacy() -> None:

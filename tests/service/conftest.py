@@ -17,8 +17,8 @@ pytest.importorskip("httpx")
 from dprivacy.service.auth import key_sha256  # noqa: E402
 from dprivacy.service.config import load_config  # noqa: E402
 from dprivacy.service.serve import ServiceThread  # noqa: E402
+from tests.service.keys import KEYS  # noqa: E402
 
-KEYS = {"alice": "alice-key-0123456789", "bob": "bob-key-9876543210"}
 SECRET = "SECRET-NAME-7f3a"  # a value of one record: must never appear in a response
 
 

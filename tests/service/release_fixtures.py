@@ -13,7 +13,7 @@ import dprivacy as dp
 from dprivacy.service.auth import key_sha256
 from dprivacy.service.config import load_config
 from dprivacy.service.serve import ServiceThread
-from tests.service.conftest import KEYS
+from tests.service.keys import KEYS
 
 CITIES = ["a", "b", "c"]
 #: 30 queries, query k counts city k % 3: Theorem 1 for Discrete(1) needs 20 beta <= 1.
