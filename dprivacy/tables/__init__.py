@@ -5,8 +5,10 @@ Three places (see docs/architecture.md):
 * the front-ends an analyst meets, at this level: :class:`Queryable` (PINQ: one global budget,
   stability-tracked transformations, :mod:`.pinq`), :class:`ProPerTable` (ProPer, POPL'15:
   personal budgets, provenance, silent dropping, :mod:`.proper`), the noisy queries they share
-  (:mod:`.queries`, :mod:`.aggregations`), d_X histogram releases (:mod:`.dx`), sampling with
-  probabilistic stability (PST'16, :mod:`.sampling`) and ProPer's live data (:mod:`.live`);
+  (:mod:`.queries`, :mod:`.aggregations`), grouped aggregation over a public key set
+  (:mod:`.grouped`: ``group_by(keys=..., column=...).agg(eps, n=Count(), ...)``), d_X
+  histogram releases (:mod:`.dx`), sampling with probabilistic stability (PST'16,
+  :mod:`.sampling`) and ProPer's live data (:mod:`.live`);
 * :mod:`.relations`, where the records live: the :class:`Relation` protocol, pandas in memory
   (analyst code is a Python callable of one record) or DuckDB / Spark through Ibis
   (:mod:`.relations.engine`; analyst code is a row-wise Ibis expression);
@@ -47,6 +49,10 @@ _WHERE = {
     "BinaryAgent": "budgets.agents",
     "PartitionAgent": "budgets.agents",
     "NoiseSource": "randomness",
+    "GroupedTable": "grouped",
+    "Count": "grouped",
+    "Sum": "grouped",
+    "Mean": "grouped",
     "Relation": "relations.protocol",
     "PersonalBudgets": "relations.protocol",
     "PandasRelation": "relations.pandas_relation",

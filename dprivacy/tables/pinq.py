@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Hashable, Iterable, Sequence
-from typing import Any
+from typing import Any, overload
 
 import pandas as pd
 
@@ -46,6 +46,7 @@ from dprivacy.tables.budgets.agents import (
 from dprivacy.tables.budgets.durable import LedgerBudgetAgent
 from dprivacy.tables.budgets.ledger import Ledger
 from dprivacy.tables.dx import PinqHistogram
+from dprivacy.tables.grouped import GroupedTable
 from dprivacy.tables.params import count_arg, eps_arg
 from dprivacy.tables.queries import NoisyQueries
 from dprivacy.tables.randomness import NoiseSource
@@ -184,16 +185,38 @@ class Queryable(NoisyQueries):
         rel.check(f)
         return self._unary(rel.select_many(k, f, select_many_columns(columns)), k)
 
-    def group_by(self, key: Any, **aggs: tuple[str, str]) -> Queryable:
+    @overload
+    def group_by(self, key: Any = None, *, keys: None = None, column: None = None,
+                 **aggs: tuple[str, str]) -> Queryable: ...
+
+    @overload
+    def group_by(self, key: Any = None, *, keys: Iterable[Hashable], column: Any = None
+                 ) -> GroupedTable: ...
+
+    def group_by(self, key: Any = None, *, keys: Iterable[Hashable] | None = None,
+                 column: Any = None, **aggs: tuple[str, str]) -> Queryable | GroupedTable:
         """One record per group: the key column(s) (or ``key`` for a row-wise key function),
         ``count`` and named aggregations ``name=(column, "sum"|"mean"|"min"|"max")`` of the
-        column's numeric values. Stability 2 (one group out, one in)."""
-        keys, key_fn = (None, key) if not isinstance(key, (str, list, tuple)) else (
+        column's numeric values. Stability 2 (one group out, one in).
+
+        With ``keys=`` (a public key set) it is not a transformation but a
+        :class:`~dprivacy.tables.grouped.GroupedTable`: ``group_by(keys=[...],
+        column="zip").agg(eps, n=Count(), ...)`` gives one noisy answer per listed key for ε
+        in total (see :mod:`dprivacy.tables.grouped`)."""
+        if keys is not None or column is not None:
+            if aggs:
+                raise ValidationError("group_by(keys=...): name the aggregations in .agg()")
+            if key is not None and column is not None:
+                raise ValidationError("group_by: give the key column once (key or column=)")
+            return self._grouped(keys, column if column is not None else key)
+        if key is None:
+            raise ValidationError("group_by: give the key column(s) or a key function")
+        keys_, key_fn = (None, key) if not isinstance(key, (str, list, tuple)) else (
             column_list(key, self.columns, "key"), None)
         rel = self._for(key_fn)
         if key_fn is not None:
             rel.check(key_fn)
-        return self._unary(rel.group_by(keys, key_fn, group_aggs(aggs, self.columns)), 2)
+        return self._unary(rel.group_by(keys_, key_fn, group_aggs(aggs, self.columns)), 2)
 
     def distinct(self) -> Queryable:
         """Distinct records. Stability 1."""

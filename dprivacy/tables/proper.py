@@ -41,6 +41,7 @@ from dprivacy.tables.budgets.ledger import BudgetLedger
 from dprivacy.tables.budgets.memory_ledger import MemoryLedger
 from dprivacy.tables.budgets.proper_budgets import LedgerBudgets
 from dprivacy.tables.dx import ProPerHistogram
+from dprivacy.tables.grouped import GroupedTable
 from dprivacy.tables.live import LiveData
 from dprivacy.tables.params import count_arg, eps_arg
 from dprivacy.tables.pinq import Queryable
@@ -252,9 +253,21 @@ class ProPerTable(LiveData, NoisyQueries):
     def _untrackable(self, op: str) -> NoReturn:
         raise UnsupportedOperationError(_UNTRACKABLE.format(op=op))
 
-    def group_by(self, *a: Any, **k: Any) -> NoReturn:
-        """Not trackable (a group has many provenances): raises; use ``as_pinq(eps)``."""
-        self._untrackable("group_by")
+    def group_by(self, key: Any = None, *, keys: Iterable[Hashable] | None = None,
+                 column: Any = None, **aggs: Any) -> GroupedTable:
+        """Over a public key set only: ``group_by(keys=[...], column=...)`` gives a
+        :class:`~dprivacy.tables.grouped.GroupedTable` (one noisy answer per listed key; each
+        person pays ε × their records whose key is listed). Without ``keys`` a group has many
+        provenances, so it is not trackable: raises; use ``as_pinq(eps)``."""
+        if keys is None or aggs:
+            self._untrackable("group_by without a public key set (keys=)")
+        if key is not None and column is not None:
+            raise ValidationError("group_by: give the key column once (key or column=)")
+        return self._grouped(keys, column if column is not None else key)
+
+    def _in_keys(self, keys: list[Hashable], column: Any) -> ProPerTable:
+        """Only the records whose key is listed pay (a key outside the set reads nothing)."""
+        return self._derive(self._rel.in_keys(keys, column), self._unique)
 
     def join(self, *a: Any, **k: Any) -> NoReturn:
         """Not trackable (two individuals per output): use ``join_public`` or ``as_pinq``."""

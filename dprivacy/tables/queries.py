@@ -16,8 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
+from dprivacy.errors import ValidationError
 from dprivacy.tables import aggregations as agg
-from dprivacy.tables.params import eps_arg
+from dprivacy.tables.grouped import GroupedTable
 from dprivacy.tables.randomness import NoiseSource
 from dprivacy.tables.relations.protocol import Relation, ValueSpec
 from dprivacy.tables.relations.rowwise import sealed
@@ -76,9 +77,10 @@ class NoisyQueries:
         The same query on every backend (pandas, DuckDB, Spark).
 
         Cost: **ε in total**, not ε per key: the keys split the records into disjoint parts
-        (:meth:`partition`), so the counts compose in parallel (PINQ: the partition's max-agent
-        charges the maximum over the parts, i.e. s·ε on a table of scaling factor s; ProPer:
-        each record pays ε once, for the count of its own key). Unlike
+        (as :meth:`partition`), so the counts compose in parallel (PINQ: s·ε on a table of
+        scaling factor s; ProPer: each record pays ε once, for the count of its own key).
+        Computed in one pass (one GROUP BY): ``group_by(keys=keys, column=column).count(eps)``
+        (:mod:`dprivacy.tables.grouped`, which also gives sums and means per key). Unlike
         ``group_by(column).noisy_count(eps)``, which counts the *groups* (one number) and costs
         2ε, this returns one count per key, including a noisy count for keys with no record
         (which hides whether the key occurs).
@@ -91,9 +93,19 @@ class NoisyQueries:
             >>> sorted(counts), t.remaining_budget()
             (['a', 'b', 'c'], 0.5)
         """
-        e = eps_arg(eps)
-        parts = self.partition(keys, column)
-        return {k: part.noisy_count(e) for k, part in parts.items()}
+        return self._grouped(keys, column).count(eps)
+
+    def _grouped(self, keys: Iterable[Hashable] | None, column: Any) -> GroupedTable:
+        """``group_by(keys=..., column=...)``: the table grouped by a public key set."""
+        if keys is None:
+            raise ValidationError("group_by: keys= is the public key set")
+        return GroupedTable(self, keys, column)
+
+    def _in_keys(self, keys: list[Hashable], column: Any) -> NoisyQueries:
+        """The table a grouped aggregation over ``keys`` pays on (PINQ: this one, whose
+        charge does not depend on the records; ProPer overrides it: only the records whose
+        key is listed pay)."""
+        return self
 
     def noisy_sum(self, eps: float, f: ValueSpec | None = None, lo: float = -1.0,
                   hi: float = 1.0) -> float:

@@ -212,19 +212,33 @@ class PandasRelation:
 
         return [PandasRelation._pending(part, self, (i,)) for i in range(n)]
 
-    def _partition_now(self, keys: Sequence[Hashable], key: ValueSpec) -> list[PandasRelation]:
+    def _codes(self, keys: Sequence[Hashable], key: ValueSpec) -> np.ndarray:
+        """Each record's position in the public ``keys`` (-1 for a key not in the list)."""
         karr = self._keys(key)
         if not keys:
-            return []
+            return np.full(len(karr), -1, np.int64)
         try:
-            codes = pd.Index(list(keys), dtype=object, tupleize_cols=False).get_indexer(
-                pd.Index(karr, dtype=object, tupleize_cols=False))
+            return np.asarray(pd.Index(list(keys), dtype=object, tupleize_cols=False).get_indexer(
+                pd.Index(karr, dtype=object, tupleize_cols=False)), np.int64)
         except TypeError:  # unhashable values in the data: look them up one by one
             where_key = {k: i for i, k in enumerate(keys)}
-            codes = np.array([where_key.get(_hashable(v), -1) for v in karr], dtype=np.int64)
+            return np.array([where_key.get(_hashable(v), -1) for v in karr], dtype=np.int64)
+
+    def _partition_now(self, keys: Sequence[Hashable], key: ValueSpec) -> list[PandasRelation]:
+        if not keys:
+            return []
+        codes = self._codes(keys, key)
         order = np.argsort(codes, kind="stable")
         bounds = np.searchsorted(codes[order], np.arange(len(keys) + 1))
         return [self._sub(order[bounds[i]: bounds[i + 1]]) for i in range(len(keys))]
+
+    def check_keys(self, keys: Sequence[Hashable], key: ValueSpec) -> None:
+        if not isinstance(key, str):
+            self.check(key)
+
+    @_deferred
+    def in_keys(self, keys: Sequence[Hashable], key: ValueSpec) -> PandasRelation:
+        return self._sub(np.flatnonzero(self._codes(keys, key) >= 0))
 
     @_deferred
     def concat(self, other: Relation) -> PandasRelation:
@@ -401,6 +415,20 @@ class PandasRelation:
             return pd.DataFrame({**{c: [] for c in cols}, "count": np.zeros(0, np.int64)})
         safe = _safe(self.df, cols)
         return safe.groupby(cols, sort=False, dropna=False).size().rename("count").reset_index()
+
+    def key_aggregates(self, keys: Sequence[Hashable], key: ValueSpec,
+                       values: Sequence[tuple[ValueSpec, float, float, float]]
+                       ) -> tuple[np.ndarray, np.ndarray]:
+        codes = self._codes(keys, key)
+        inside = codes >= 0
+        c = codes[inside]
+        counts = np.bincount(c, minlength=len(keys)).astype(np.int64)
+        sums = np.zeros((len(values), len(keys)))
+        for i, (f, lo, hi, shift) in enumerate(values):
+            v = (self.clamped_values(f, lo, hi)[inside] - shift) * 2.0**-64
+            s = np.bincount(c, weights=v, minlength=len(keys)) * 2.0**64  # no overflow inside
+            sums[i] = np.clip(np.nan_to_num(s, nan=0.0), -_SATURATE, _SATURATE)
+        return counts, sums
 
     # ------------------------------------------------------------ ProPer's charge
     def id_multiplicities(self) -> tuple[np.ndarray, np.ndarray]:

@@ -30,11 +30,12 @@ by a documented default for that record (see each method); arithmetic saturates 
 overflowing.
 
 **Exact aggregates** (``count``, ``clamped_sum``, ``clamped_values``, ``rank_counts``,
-``score_sums``, ``group_counts``) return exact numbers to the driver, which adds noise. They are called only
-AFTER the query's charge has been committed (PINQ: the agents and the durable ledger; ProPer:
-:meth:`PersonalBudgets.pay`), and each is called once per answer, so re-running a lazy plan never
-redraws noise. ``id_multiplicities`` / ``id_key_counts`` are the exception: they compute the
-per-source charge itself and never leave the driver.
+``score_sums``, ``group_counts``, ``key_aggregates``) return exact numbers to the driver,
+which adds noise. They are called only AFTER the query's charge has been committed (PINQ: the
+agents and the durable ledger; ProPer: :meth:`PersonalBudgets.pay`), and each is called once per
+answer, so re-running a lazy plan never redraws noise. ``id_multiplicities`` /
+``id_key_counts`` are the exception: they compute the per-source charge itself and never leave
+the driver.
 
 Value specifications (``ValueSpec``): a column name, or a row-wise function of one record (a
 Python callable for pandas, an Ibis expression for the engines).
@@ -144,6 +145,16 @@ class Relation(Protocol):
         function that raises gives the key None."""
         ...
 
+    def check_keys(self, keys: Sequence[Hashable], key: ValueSpec) -> None:
+        """Refuse (ValidationError, before any charge) public ``keys`` that cannot be compared
+        with the row-wise ``key`` (a column name or analyst code) on this engine."""
+        ...
+
+    def in_keys(self, keys: Sequence[Hashable], key: ValueSpec) -> Relation:
+        """The records whose ``key`` is one of the public ``keys`` (equality as in
+        :meth:`partition`: the records of all its parts). ROW-WISE; ids kept."""
+        ...
+
     def concat(self, other: Relation) -> Relation:
         """Multiset union ⊎ (all records of both, ids kept)."""
         ...
@@ -249,6 +260,17 @@ class Relation(Protocol):
         """Exact GROUP BY ``columns``: one row per distinct key with its ``count`` (the
         histogram over element keys of a d_X release). Call only after the charge is
         committed."""
+        ...
+
+    def key_aggregates(self, keys: Sequence[Hashable], key: ValueSpec,
+                       values: Sequence[tuple[ValueSpec, float, float, float]]
+                       ) -> tuple[np.ndarray, np.ndarray]:
+        """Grouped aggregates over a public key set, in one pass: for each of the ``keys`` (in
+        order; equality as in :meth:`partition`) the number of records whose key equals it
+        (int64, length K) and, for each ``(value, lo, hi, shift)``, Σ (clamp(v, lo, hi) −
+        shift) over those records (same replacement rules as :meth:`clamped_sum`; a
+        float array of shape (len(values), K)). A key with no record gets 0; records with
+        other keys are read by nobody. Call only after the charge is committed."""
         ...
 
     # ------------------------------------------------------------ ProPer's charge (driver only)

@@ -10,7 +10,7 @@ relation surface those before the charge.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import ibis
@@ -25,6 +25,7 @@ from dprivacy.tables.relations.engine.ibis_plan import PID, IbisPlan
 from dprivacy.tables.relations.protocol import ElementCosts
 
 __all__ = ["count", "clamped_sum", "clamped_values", "score_sums", "group_counts",
+           "in_keys_filter", "key_aggregates",
            "id_multiplicities", "id_costs", "value_expr", "score_exprs"]
 
 _SAT = 1e308
@@ -113,6 +114,60 @@ def group_counts(rel: IbisPlan, columns: Sequence[str]) -> pd.DataFrame:
     out = at.to_pandas()
     out["count"] = out["count"].astype(np.int64)
     return out[[*cols, "count"]]
+
+
+_KEY = "__dp_key"
+
+
+def in_keys_filter(rel: IbisPlan, keys: Sequence[Hashable], key: Any) -> ir.BooleanValue:
+    """The row-wise condition "the key of the record is one of the public ``keys``" (a NULL
+    key matches the public key None), refused before any charge when a key cannot be compared
+    with the key expression."""
+    kv = rel.expr(key, "group key")
+    plain = [k.item() if isinstance(k, np.generic) else k for k in keys if k is not None]
+    for k in plain:
+        if not isinstance(k, (bool, int, float, str)):
+            raise ValidationError(f"group key {k!r}: on the engines keys are numbers, strings, "
+                                  "booleans or None")
+        try:
+            kv == ibis.literal(k)  # noqa: B015 - building the comparison checks the types
+        except Exception:  # noqa: BLE001 - the key's type, not the data
+            raise ValidationError(f"group key {k!r} cannot be compared with the key "
+                                  f"expression of type {kv.type()}") from None
+    cond: ir.BooleanValue = kv.isin(plain) if plain else ibis.literal(False)
+    if len(plain) < len(keys):
+        cond = cond | kv.isnull()
+    return cond
+
+
+def key_aggregates(rel: IbisPlan, keys: Sequence[Hashable], key: Any,
+                   values: Sequence[tuple[Any, float, float, float]]
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Per public key (in order): the record count and, per value (f, lo, hi, shift),
+    Σ (clamp(f, lo, hi) − shift), saturated at ±1e308; one GROUP BY over the records whose key
+    is listed. Keys with no record get 0."""
+    t = rel.table.filter(in_keys_filter(rel, keys, key))
+    cols = {_KEY: rel.expr(key, "group key")}
+    for i, (f, lo, hi, shift) in enumerate(values):
+        cols[f"v{i}"] = value_expr(rel, f, lo, hi) - float(shift)
+    sel = t.select(**cols)
+    aggs = {"n": sel.count(), **{f"s{i}": sel[f"v{i}"].sum() for i in range(len(values))}}
+    rows = rel.engine.arrow(sel.group_by(_KEY).aggregate(**aggs)).to_pylist()
+    where = {(None if k is None else (k.item() if isinstance(k, np.generic) else k)): i
+             for i, k in enumerate(keys)}
+    counts = np.zeros(len(keys), np.int64)
+    sums = np.zeros((len(values), len(keys)))
+    for r in rows:
+        at = where.get(r[_KEY])
+        if at is None:  # a value equal in the engine but not in Python: not a listed key
+            continue
+        i = at
+        counts[i] = int(r["n"] or 0)
+        for j in range(len(values)):
+            s = r[f"s{j}"]
+            sums[j, i] = 0.0 if s is None or np.isnan(float(s)) else float(
+                np.clip(float(s), -_SAT, _SAT))
+    return counts, sums
 
 
 def _plain_number(col: pa.ChunkedArray) -> bool:

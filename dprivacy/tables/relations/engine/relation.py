@@ -179,6 +179,15 @@ class IbisRelation:
             parts.append(self._derive(self.table.filter(cond)))
         return parts
 
+    def check_keys(self, keys: Sequence[Hashable], key: Any) -> None:
+        """Raise now (before any charge) if the public ``keys`` cannot be compared with the
+        row-wise ``key`` (a column or an expression)."""
+        aggregates.in_keys_filter(self, keys, key)
+
+    def in_keys(self, keys: Sequence[Hashable], key: Any) -> IbisRelation:
+        """The records whose row-wise ``key`` is one of the public ``keys`` (ids kept)."""
+        return self._derive(self.table.filter(aggregates.in_keys_filter(self, keys, key)))
+
     def concat(self, other: Relation) -> IbisRelation:
         """Multiset union ⊎ (same columns and types; ids kept)."""
         o = self._same_engine(other, "concat")
@@ -299,6 +308,13 @@ class IbisRelation:
     def group_counts(self, columns: Sequence[str]) -> pd.DataFrame:
         """Exact GROUP BY ``columns`` with ``count``. After the charge."""
         return aggregates.group_counts(self, columns)
+
+    def key_aggregates(self, keys: Sequence[Hashable], key: Any,
+                       values: Sequence[tuple[Any, float, float, float]]
+                       ) -> tuple[np.ndarray, np.ndarray]:
+        """Per public key: the count and Σ (clamp(v, lo, hi) − shift) of each value, in one
+        GROUP BY. After the charge."""
+        return aggregates.key_aggregates(self, keys, key, values)
 
     # ------------------------------------------------------------------ ProPer (driver only)
     def id_multiplicities(self) -> tuple[np.ndarray, np.ndarray]:
