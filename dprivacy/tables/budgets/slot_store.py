@@ -11,6 +11,13 @@ Opening the file loads the last snapshot and replays the records after it; once 
 outweigh a few bytes per person they are folded into a new snapshot (*compaction*: written to a
 temporary file, synced, renamed over the store).
 
+**Compaction off the query path.** By default the snapshot is written by a background thread:
+the query that crosses the threshold only copies the budgets (one memory copy), and answers at
+once; the thread compresses and syncs the copy into ``<path>.tmp<pid>.bg`` without the lock,
+then, holding the lock, appends the records committed meanwhile (a few bytes) and renames the
+file over the store. If the store was replaced in between (another process compacted or
+registered people) the copy is dropped. ``background=False`` compacts on the query's path.
+
 **Crash safety.** A record is appended with one ``write`` and ``fsync`` (the commit) before
 :meth:`SlotStore.charge` returns, so before any answer is computed; every record carries its
 length and CRC-32: a process killed mid-write leaves a torn tail, which the next process to take
@@ -89,7 +96,11 @@ class SlotStore:
         self._depth = 0
         self._reset()
         self.compact_bytes: int | None = None  # None: COMPACT_BYTES_PER_SLOT per person + 1 MiB
+        self.background = True  # compact in a background thread (see the module doc)
+        self._bg: threading.Thread | None = None
+        self.compaction_error: BaseException | None = None  # the last background failure
         if self.path is not None:
+            _remove_stale_temporaries(self.path)
             with self.locked():
                 if not os.path.exists(self.path):
                     self._write_snapshot()
@@ -121,7 +132,7 @@ class SlotStore:
                                       "process; give it a file path")
             return
         if self._pid != os.getpid():  # a forked child: its own descriptors and state
-            self._lockfd, self._pid, self._ino = None, os.getpid(), None
+            self._lockfd, self._pid, self._ino, self._bg = None, os.getpid(), None, None
         if self._lockfd is None:
             self._lockfd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
         deadline = time.monotonic() + self.timeout
@@ -307,7 +318,56 @@ class SlotStore:
         limit = (COMPACT_BYTES_PER_SLOT * self.size + (1 << 20) if self.compact_bytes is None
                  else self.compact_bytes)
         if self.path is not None and self._log_bytes > limit:
-            self._write_snapshot()
+            if self.background:
+                self._start_compaction()
+            else:
+                self._write_snapshot()
+
+    def _start_compaction(self) -> None:
+        """Copy the budgets and fold them into a snapshot in a background thread. Inside
+        :meth:`locked` (the copy is the state of the file up to ``self._off``)."""
+        if self._bg is not None and self._bg.is_alive():
+            return
+        state = (self.ids if not self.identity() else None, self.initial, self.remaining.copy(),
+                 [list(q) for q in self.queries], self.next_id, self.next_query)
+        self._bg = threading.Thread(target=self._compact, args=(state, self._ino, self._off),
+                                    name="dprivacy-budget-compaction", daemon=True)
+        self._bg.start()
+
+    def _compact(self, state: tuple[Any, ...], ino: int | None, off: int) -> None:
+        assert self.path is not None
+        tmp = f"{self.path}.tmp{os.getpid()}.bg"
+        try:
+            data = _snapshot_bytes(*state)
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            with self.locked():  # caught up with every record committed meanwhile
+                if self._ino != ino or os.stat(self.path).st_ino != ino:
+                    os.unlink(tmp)  # the store was replaced meanwhile: this copy is stale
+                    return
+                with open(self.path, "rb") as f:
+                    f.seek(off)
+                    tail = f.read(self._off - off)
+                with open(tmp, "ab") as f:
+                    f.write(tail)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, self.path)
+                _fsync_dir(self.path)
+                self._ino, self._off, self._log_bytes = (os.stat(self.path).st_ino,
+                                                         len(data) + len(tail), len(tail))
+        except BaseException as exc:  # the old file is complete: compaction can wait
+            self.compaction_error = exc
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+    def wait_for_compaction(self, timeout: float | None = None) -> None:
+        """Wait until a background compaction (if any) has finished."""
+        bg = self._bg
+        if bg is not None and bg.is_alive() and bg is not threading.current_thread():
+            bg.join(timeout)
 
     def _apply_debit(self, slots: np.ndarray, amounts: int | np.ndarray, ok: np.ndarray | None,
                      after: np.ndarray | None, sign: int) -> None:
@@ -329,16 +389,8 @@ class SlotStore:
         """Fold everything into a new file (atomic rename). Inside :meth:`locked`."""
         if self.path is None:
             return
-        ident = self.identity()
-        blobs = [b"" if ident else _pack(self.ids), _pack(self.initial), _pack(self.remaining),
-                 _pack(json.dumps(self.queries).encode())]
-        raw = [0 if ident else self.ids.nbytes, self.initial.nbytes, self.remaining.nbytes,
-               len(json.dumps(self.queries).encode())]
-        meta = json.dumps({"n": self.size, "identity": ident, "next_id": self.next_id,
-                           "next_query": self.next_query, "blobs": [len(b) for b in blobs],
-                           "raw": raw}).encode()
-        body = struct.pack("<Q", len(meta)) + meta + b"".join(blobs)
-        data = _MAGIC + body + struct.pack("<I", zlib.crc32(body))
+        data = _snapshot_bytes(None if self.identity() else self.ids, self.initial,
+                               self.remaining, self.queries, self.next_id, self.next_query)
         tmp = f"{self.path}.tmp{os.getpid()}"
         with open(tmp, "wb") as f:
             f.write(data)
@@ -411,7 +463,8 @@ class SlotStore:
                              int(amounts.sum()) if amounts.size else 0])
 
     def close(self) -> None:
-        """Close the lock file descriptor."""
+        """Finish a background compaction and close the lock file descriptor."""
+        self.wait_for_compaction()
         if self._lockfd is not None and self._pid == os.getpid():
             os.close(self._lockfd)
         self._lockfd = None
@@ -452,3 +505,42 @@ class _Locked:
 def _debit(rem: np.ndarray, slots: np.ndarray, amounts: int | np.ndarray) -> None:
     if slots.size:
         rem[slots] -= amounts
+
+
+def _snapshot_bytes(ids: np.ndarray | None, initial: np.ndarray, remaining: np.ndarray,
+                    queries: list[list[Any]], next_id: int, next_query: int) -> bytes:
+    """The snapshot: magic, header, compressed arrays and query log, CRC-32 (``ids`` None:
+    slot i holds person i)."""
+    log = json.dumps(queries).encode()
+    blobs = [b"" if ids is None else _pack(ids), _pack(initial), _pack(remaining), _pack(log)]
+    raw = [0 if ids is None else ids.nbytes, initial.nbytes, remaining.nbytes, len(log)]
+    meta = json.dumps({"n": int(remaining.size), "identity": ids is None, "next_id": next_id,
+                       "next_query": next_query, "blobs": [len(b) for b in blobs],
+                       "raw": raw}).encode()
+    body = struct.pack("<Q", len(meta)) + meta + b"".join(blobs)
+    return _MAGIC + body + struct.pack("<I", zlib.crc32(body))
+
+
+def _remove_stale_temporaries(path: str) -> None:
+    """Delete snapshot copies left by processes that died while writing them."""
+    folder = os.path.dirname(os.path.abspath(path))
+    stem = os.path.basename(path) + ".tmp"
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(stem):
+            continue
+        pid = name[len(stem):].split(".")[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            try:
+                os.unlink(os.path.join(folder, name))
+            except OSError:
+                pass
+        except OSError:
+            pass

@@ -1,0 +1,110 @@
+"""Compaction off the query path: the snapshot is written by a background thread, records
+committed meanwhile are kept, a stale copy is dropped, and a reopened store sees every charge."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+
+from dprivacy.tables.budgets import slot_store
+from dprivacy.tables.budgets.slot_store import SlotStore
+
+
+def _store(path, n=1000, budget=10**9):
+    s = SlotStore(path)
+    with s.locked():
+        s.add(np.arange(n, dtype=np.int64), np.full(n, budget, np.int64))
+    return s
+
+
+def _charge(s, slots, amount=1000, label="q"):
+    with s.locked():
+        s.charge(np.asarray(slots, np.int64), amount, label)
+
+
+def _blocked_snapshots(monkeypatch):
+    """Make the background thread wait (after copying the state) until released."""
+    started, release = threading.Event(), threading.Event()
+    real = slot_store._snapshot_bytes
+
+    def slow(*a):
+        if threading.current_thread().name == "dprivacy-budget-compaction":
+            started.set()
+            assert release.wait(30)
+        return real(*a)
+
+    monkeypatch.setattr(slot_store, "_snapshot_bytes", slow)
+    return started, release
+
+
+def test_records_committed_during_a_background_compaction_are_kept(tmp_path, monkeypatch):
+    path = str(tmp_path / "b.dpb")
+    s = _store(path)
+    s.compact_bytes = 0
+    started, release = _blocked_snapshots(monkeypatch)
+    _charge(s, range(0, 500))                      # crosses the threshold: compaction starts
+    assert started.wait(10)
+    size_before = os.path.getsize(path)
+    ino_before = os.stat(path).st_ino
+    for k in range(5):                             # answered while the copy is being written
+        _charge(s, range(100 * k, 100 * k + 300), label=f"during{k}")
+    assert os.stat(path).st_ino == ino_before      # nothing replaced yet: no query waited
+    assert os.path.getsize(path) > size_before
+    release.set()
+    s.wait_for_compaction(30)
+    assert s.compaction_error is None
+    assert os.stat(path).st_ino != ino_before      # the new snapshot is in place
+    expected = s.remaining.copy()
+    s.close()
+    reopened = SlotStore(path)
+    with reopened.locked():
+        np.testing.assert_array_equal(reopened.remaining, expected)
+        assert [q[1] for q in reopened.queries][-5:] == [f"during{k}" for k in range(5)]
+    # slot 150 paid in the first query and in 'during0' and 'during1'
+    assert expected[150] == 10**9 - 3 * 1000
+
+
+def test_a_copy_made_stale_by_another_process_is_dropped(tmp_path, monkeypatch):
+    path = str(tmp_path / "b.dpb")
+    s = _store(path)
+    s.compact_bytes = 0
+    started, release = _blocked_snapshots(monkeypatch)
+    _charge(s, range(10))
+    assert started.wait(10)
+    other = SlotStore(path)                        # another handle compacts on its own path
+    other.background = False
+    other.compact_bytes = 0
+    _charge(other, range(5, 20), label="other")
+    release.set()
+    s.wait_for_compaction(30)
+    assert s.compaction_error is None
+    assert not [f for f in os.listdir(tmp_path) if ".tmp" in f]  # the stale copy is deleted
+    _charge(s, range(3), label="after")
+    other.close()
+    s.close()
+    final = SlotStore(path)
+    with final.locked():
+        left = 10**9 - final.remaining[:25]
+        assert list(left[:3] // 1000) == [2, 2, 2] and list(left[5:10] // 1000) == [2] * 5
+        assert list(left[10:20] // 1000) == [1] * 10 and left[20] == 0
+
+
+def test_synchronous_mode_compacts_on_the_query_path(tmp_path):
+    path = str(tmp_path / "b.dpb")
+    s = _store(path)
+    s.background, s.compact_bytes = False, 0
+    ino = os.stat(path).st_ino
+    _charge(s, range(10))
+    assert os.stat(path).st_ino != ino and s._bg is None
+
+
+def test_a_dead_process_temporary_copy_is_removed_on_open(tmp_path):
+    path = str(tmp_path / "b.dpb")
+    _store(path).close()
+    dead = 2**22 + 12345  # above the default pid_max of most systems: no such process
+    junk = tmp_path / f"b.dpb.tmp{dead}.bg"
+    junk.write_bytes(b"half a snapshot")
+    SlotStore(path).close()
+    assert not junk.exists()
