@@ -27,6 +27,7 @@ from dprivacy.design import PRIVACY_RTOL, Design, call_solver
 from dprivacy.errors import PrivacyViolationError, ShapeError, ValidationError
 from dprivacy.implicit_workload import ImplicitWorkload, as_workload
 from dprivacy.mechanisms._release import charge_release, setup_accounting
+from dprivacy.mechanisms.gaussian_strategy_design import solve_gaussian_strategy
 from dprivacy.universe import check_histogram
 from dprivacy.workload import Workload
 from solvers.errors import SolverError
@@ -73,6 +74,10 @@ class StrategyDesign:
     method: str = "strategy"
     X: np.ndarray | None = field(default=None, repr=False)
     z: np.ndarray | None = field(default=None, repr=False)
+    #: "laplace" (rows released with Lap(1)) or "gaussian" (rows with N(0, 1), ``rho``-zCDP per
+    #: unit of the metric: ``||A (e_i - e_j)||_2^2 <= 2 rho eps_ij`` on every pair)
+    noise: str = "laplace"
+    rho: float | None = None
 
     @property
     def m(self) -> int:
@@ -94,12 +99,13 @@ class StrategyDesign:
             self.M, self.o, self.X, self.z = _maps_for(self.workload, self.C, self.basis)
 
     def query_variances(self) -> np.ndarray:
-        """Variance of every answer: the diagonal of 2 F A^+ A^+' F' (shape (m,))."""
+        """Variance of every answer: the diagonal of v F A^+ A^+' F' (shape (m,)), v = 2 for
+        Laplace rows, 1 for Gaussian rows."""
         self._maps()
-        return _variances(self.workload, self.M, self.X)
+        return _variances(self.workload, self.M, self.X, _ROW_VARIANCE[self.noise])
 
     def expected_squared_error(self, x: object = None) -> float:
-        """E||answers - F x||^2 = 2 ||F A^+||_F^2 (unbiased: the same for every histogram x)."""
+        """E||answers - F x||^2 = v ||F A^+||_F^2 (unbiased: the same for every histogram x)."""
         return float(np.sum(self.query_variances()))
 
     def answer(self, y: np.ndarray, n: float) -> np.ndarray:
@@ -120,12 +126,17 @@ def _frozen(C: Mat) -> Mat:
     return D
 
 
-def _variances(W: Workload | ImplicitWorkload, M: Mat | None, X: np.ndarray | None) -> np.ndarray:
+#: variance of one strategy row's noise: Lap(1) or N(0, 1)
+_ROW_VARIANCE = {"laplace": 2.0, "gaussian": 1.0}
+
+
+def _variances(W: Workload | ImplicitWorkload, M: Mat | None, X: np.ndarray | None,
+               v: float = 2.0) -> np.ndarray:
     if M is not None:
-        return 2.0 * _sq(M)
+        return v * _sq(M)
     assert isinstance(W, ImplicitWorkload) and X is not None
     # a covariance's quadratic forms are >= 0: clip the rounding of exact zeros (the total)
-    return np.maximum(2.0 * W.quadratic_diagonal(X @ X.T), 0.0)
+    return np.maximum(v * W.quadratic_diagonal(X @ X.T), 0.0)
 
 
 def _answers(W: Workload | ImplicitWorkload, M: Mat | None, o: np.ndarray | None,
@@ -162,7 +173,8 @@ def _codes(universe: Universe) -> np.ndarray | None:
 
 
 def design_strategy(workload: Workload | Any, universe: Universe, metric: Metric, *,
-                    baseline: Design | None = None, **options: Any) -> StrategyDesign:
+                    baseline: Design | None = None, noise: str = "laplace",
+                    rho: float | None = None, **options: Any) -> StrategyDesign:
     """Optimise a strategy mechanism for ``workload`` under ``metric`` on ``universe``.
 
     Parameters
@@ -173,8 +185,15 @@ def design_strategy(workload: Workload | Any, universe: Universe, metric: Metric
         line) are constrained on their edges, a spanning tree (a line) in its edge basis.
     baseline : a (w, beta) :class:`Design` of this workload to start from (its A = diag(u) F);
         default: ``design(..., method="exact")`` is solved when N <= 2048.
+    noise : "laplace" (default: ``A x + Lap(1)^p``, eps_ij-d_X-private) or "gaussian"
+        (``A x + N(0, I_p)``, ``rho``-zCDP per unit of the metric: the convex program in
+        X = A'A solved to a certified gap, see :mod:`solvers.strategy.gaussian`).
+    rho : the zCDP parameter per unit of the metric (Gaussian noise only; required there).
     **options : passed to :func:`solvers.strategy.optimize_strategy` (``starts``, ``rounds``,
-        ``maxiter``, ``time_limit`` in seconds, ``polish_top``, ``lower_bound``).
+        ``maxiter``, ``time_limit`` in seconds, ``polish_top``, ``lower_bound``), or for
+        Gaussian noise to
+        :func:`solvers.strategy.gaussian_design.optimize_gaussian_strategy` (``tol``, the
+        certified relative gap at which to stop, ``time_limit``, ``max_iter``, ``threads``).
 
     Returns
     -------
@@ -191,6 +210,19 @@ def design_strategy(workload: Workload | Any, universe: Universe, metric: Metric
     """
     W = as_workload(workload)
     W.check_universe(universe)
+    if noise == "gaussian":
+        if baseline is not None:
+            raise ValidationError("a Gaussian strategy is optimised from its dual; it takes no "
+                                  "(w, beta) baseline")
+        res, cs, r = solve_gaussian_strategy(W, universe, metric, rho=rho, **options)
+        report = {**res.report, "metric": repr(metric)}
+        return StrategyDesign(W, res.C, res.basis, res.M, res.o, res.max_ratio, res.lower_bound,
+                              report, cs, method="gaussian strategy", X=res.X, z=res.z,
+                              noise="gaussian", rho=r)
+    if noise != "laplace":
+        raise ValidationError(f"noise = {noise!r}: choose 'laplace' or 'gaussian'")
+    if rho is not None:
+        raise ValidationError("rho is the budget of Gaussian noise: pass noise='gaussian'")
     implicit = isinstance(W, ImplicitWorkload)
     if implicit and baseline is not None:
         raise ValidationError("a (w, beta) baseline needs an explicit Workload; an "
@@ -253,6 +285,9 @@ class StrategyMechanism:
         if not isinstance(design, StrategyDesign):
             raise ValidationError(f"design is a {type(design).__name__}: expected a StrategyDesign "
                                   "(dprivacy.design_strategy)")
+        if design.noise != "laplace":
+            raise ValidationError(f"this mechanism releases Laplace noise; the design is for "
+                                  f"{design.noise} noise")
         if design.basis.N != W.N:
             raise ShapeError(f"the strategy has N = {design.basis.N}, the workload N = {W.N}")
         if (universe is None) != (metric is None):
