@@ -19,7 +19,7 @@ from dprivacy.remote.session import (
     Session,
     connect,
 )
-from dprivacy.remote.table import RemoteTable
+from dprivacy.remote.table import RemoteGrouped, RemoteTable
 
-__all__ = ["connect", "Session", "RemoteTable", "ServiceError", "AuthenticationError",
-           "AccessDeniedError"]
+__all__ = ["connect", "Session", "RemoteTable", "RemoteGrouped", "ServiceError",
+           "AuthenticationError", "AccessDeniedError"]

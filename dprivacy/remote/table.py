@@ -23,7 +23,7 @@ from dprivacy.service.plan import PLAN_VERSION
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["RemoteTable"]
+__all__ = ["RemoteTable", "RemoteGrouped"]
 
 
 class _Requester(Protocol):
@@ -181,8 +181,21 @@ class RemoteTable:
                            "f": self._expr(f, "select_many", column_ok=False),
                            "columns": None if columns is None else list(columns)})
 
-    def group_by(self, key: Any, **aggs: tuple[str, str]) -> RemoteTable:
-        """One record per group (PINQ; stability 2): key column(s) or a key expression."""
+    def group_by(self, key: Any = None, *, keys: Iterable[Hashable] | None = None,
+                 column: Any = None, **aggs: tuple[str, str]) -> Any:
+        """One record per group (PINQ; stability 2): key column(s) or a key expression.
+
+        With ``keys=`` (a public key set): a :class:`RemoteGrouped`, whose ``agg(eps,
+        n=Count(), ...)`` gives one noisy answer per listed key for ε in total, in one request
+        (see :mod:`dprivacy.tables.grouped`)."""
+        if keys is not None or column is not None:
+            if aggs:
+                raise ValidationError("group_by(keys=...): name the aggregations in .agg()")
+            if key is not None and column is not None:
+                raise ValidationError("group_by: give the key column once (key or column=)")
+            return RemoteGrouped(self, keys, column if column is not None else key)
+        if key is None:
+            raise ValidationError("group_by: give the key column(s) or a key function")
         k = list(key) if isinstance(key, (list, tuple)) else (
             key if isinstance(key, str) else self._expr(key, "group_by"))
         return self._step({"op": "group_by", "key": k,
@@ -303,6 +316,12 @@ class RemoteTable:
         return self._ask({"op": "exponential_mechanism", "eps": eps, "candidates": cands,
                           "scores": scores})
 
+    def count_by(self, keys: Iterable[Hashable], column: Any, eps: float
+                 ) -> dict[Hashable, float]:
+        """A noisy count per key of a PUBLIC list of keys, ε in total, in one request:
+        ``{key: |T_key| + Lap(1/ε)}`` (as :meth:`dprivacy.tables.Queryable.count_by`)."""
+        return RemoteGrouped(self, keys, column).count(eps)
+
     # ------------------------------------------------------------------ budget
     def remaining_budget(self) -> float | list[float]:
         """The remaining PINQ budget of this analyst on the table's source(s), or of an
@@ -356,3 +375,64 @@ class RemoteTable:
     def __repr__(self) -> str:
         return f"RemoteTable({self._plan['source']!r}, kind={self.kind!r}, " \
                f"steps={len(self._plan['steps'])})"
+
+
+class RemoteGrouped:
+    """A remote table grouped by a public key set (``group_by(keys=..., column=...)``): each
+    :meth:`agg` is one request, answered at one deadline (see :mod:`dprivacy.tables.grouped`)."""
+
+    def __init__(self, table: RemoteTable, keys: Iterable[Hashable] | None, column: Any) -> None:
+        if keys is None or isinstance(keys, (str, bytes)):
+            raise ValidationError("keys must be a list of public keys")
+        if column is None:
+            raise ValidationError("group_by(keys=...): give the key column (column=) or a "
+                                  "row-wise key expression")
+        self._table = table
+        self._keys = [_py(k) for k in keys]
+        self._by = table._expr(column, "group key")
+        self._name = column if isinstance(column, str) else "key"
+
+    @property
+    def keys(self) -> list[Hashable]:
+        """The public keys, in the order given."""
+        return list(self._keys)
+
+    def _wire(self, name: str, a: Any) -> dict[str, Any]:
+        from dprivacy.tables.grouped import Count, Mean, Sum
+
+        if isinstance(a, Count):
+            return {"how": "count"}
+        if isinstance(a, (Sum, Mean)):
+            return {"how": a.how, "f": self._table._expr(a.f, f"agg({name}=...)"),
+                    "lo": _py(a.lo), "hi": _py(a.hi)}
+        raise ValidationError(f"agg({name}=...): expected Count(), Sum(f, lo, hi) or "
+                              f"Mean(f, lo, hi), got {type(a).__name__}")
+
+    def agg(self, eps: float, **aggs: Any) -> pd.DataFrame:
+        """One row per public key, one column per named aggregation (``Count()``,
+        ``Sum(f, lo, hi)``, ``Mean(f, lo, hi)`` of :mod:`dprivacy.tables.grouped`), for ε in
+        total; one request."""
+        import pandas as pd
+
+        if not aggs:
+            raise ValidationError("agg: name at least one aggregation, e.g. n=Count()")
+        wire = {str(n): self._wire(str(n), a) for n, a in aggs.items()}
+        rows = self._table._ask({"op": "grouped", "eps": eps, "by": self._by,
+                                 "keys": self._keys, "aggs": wire})
+        if not isinstance(rows, list) or len(rows) != len(self._keys):
+            raise ServiceError("the service answered no value: the default answer of this "
+                               "query failed on the data owner's side")
+        data = np.array([[np.nan if v is None else v for v in r] for r in rows], dtype=float)
+        index = pd.Index(self._keys, dtype=object, tupleize_cols=False, name=self._name)
+        return pd.DataFrame(data.reshape(len(self._keys), len(wire)), columns=list(wire),
+                            index=index)
+
+    def count(self, eps: float) -> dict[Hashable, float]:
+        """``{key: n_key + Lap(1/ε)}`` for every public key, ε in total; one request."""
+        from dprivacy.tables.grouped import Count
+
+        out = self.agg(eps, count=Count())["count"]
+        return {k: float(v) for k, v in zip(self._keys, out.to_numpy(), strict=True)}
+
+    def __repr__(self) -> str:
+        return f"RemoteGrouped(keys={len(self._keys)}, by={self._name!r})"

@@ -22,7 +22,7 @@ from dprivacy.errors import UnsupportedOperationError, ValidationError
 from dprivacy.service.exprcodec import decode
 from dprivacy.service.releases import ReleaseInputs, run_release
 
-__all__ = ["Builder", "run_query", "schema_of"]
+__all__ = ["Builder", "run_query", "run_grouped", "schema_of"]
 
 _CACHE = 256
 
@@ -182,6 +182,8 @@ def run_query(t: Any, q: dict[str, Any], release: ReleaseInputs | None = None) -
                                        **_options(t.noisy_order_statistic, q))
     if op == "noisy_median":
         return t.noisy_median(eps, _fx(q.get("f")), **_range(q), **_options(t.noisy_median, q))
+    if op == "grouped":
+        return run_grouped(t, q)
     if op == "exponential_mechanism":
         cands, scores = q["candidates"], q["scores"]
 
@@ -191,6 +193,22 @@ def run_query(t: Any, q: dict[str, Any], release: ReleaseInputs | None = None) -
         i = t.exponential_mechanism(eps, list(range(len(cands))), score)
         return cands[int(i)]
     raise ValidationError(f"unknown query {op!r}")
+
+
+def run_grouped(t: Any, q: dict[str, Any]) -> list[list[float]]:
+    """A grouped aggregation over the public ``keys``: one list of values per key (in the
+    order of ``aggs``), ε in total (:mod:`dprivacy.tables.grouped`)."""
+    from dprivacy.tables.grouped import Count, Mean, Sum
+
+    aggs: dict[str, Any] = {}
+    for name, a in q["aggs"].items():
+        if a["how"] == "count":
+            aggs[str(name)] = Count()
+        else:
+            cls = Sum if a["how"] == "sum" else Mean
+            aggs[str(name)] = cls(_fx(a.get("f")), a["lo"], a["hi"])
+    out = t.group_by(keys=q["keys"], column=_fx(q["by"])).agg(q["eps"], **aggs)
+    return [[float(v) for v in row] for row in out.to_numpy()]
 
 
 def schema_of(t: Any) -> list[list[str]]:

@@ -21,8 +21,12 @@ right_on)``, ``exclude(public, on)``, ``as_pinq(eps)``; ``other`` is another tab
 "rows": [[...], ...]}``, a small public table given inline. Queries: ``noisy_count(eps)``,
 ``noisy_sum|noisy_average(eps, f, lo, hi)``, ``noisy_order_statistic(eps, frac, f, lo, hi)``,
 ``noisy_median(eps, f, lo, hi, options)`` and ``exponential_mechanism(eps, candidates,
-scores)`` (one score expression per candidate) and ``release(config, F)`` (a d_X release on the
-owner's universe and metric: :mod:`dprivacy.service.releases`).
+scores)`` (one score expression per candidate), ``release(config, F)`` (a d_X release on the
+owner's universe and metric: :mod:`dprivacy.service.releases`) and ``grouped(eps, by, keys,
+aggs)``: one answer per public key of ``keys`` for ε in total (``by`` the key column or
+expression; ``aggs`` maps names to ``{"how": "count"}`` or ``{"how": "sum"|"mean", "f", "lo",
+"hi"}``; :mod:`dprivacy.tables.grouped`), answered as one list of values per key, in the
+order of ``aggs``.
 
 Before the JSON is even parsed, the body's size and its nesting depth are capped; then every
 key, type, name and expression is checked here (:func:`parse_plan`), and the tables' own checks
@@ -67,7 +71,9 @@ QUERY_OPS: dict[str, set[str]] = {
     "noisy_median": {"eps", "f", "lo", "hi", "options"},
     "exponential_mechanism": {"eps", "candidates", "scores"},
     "release": {"config", "F"},
+    "grouped": {"eps", "by", "keys", "aggs"},
 }
+MAX_AGGS = 16
 _OPTIONAL = {"columns", "right_on", "f", "lo", "hi", "options", "on"}
 
 
@@ -257,6 +263,9 @@ class _Checker:
         if op == "release":
             check_release_query(q, self.cfg.max_body_bytes)
             return
+        if op == "grouped":
+            self.grouped(q)
+            return
         self.number(q["eps"], "query.eps")
         for k in ("lo", "hi", "frac"):
             if q.get(k) is not None:
@@ -279,6 +288,29 @@ class _Checker:
                 raise ValidationError("query.scores must hold one expression per candidate")
             for i, e in enumerate(sc):
                 self.expr(e, f"query.scores[{i}]", column_ok=False)
+
+
+    def grouped(self, q: dict[str, Any]) -> None:
+        self.number(q["eps"], "query.eps")
+        self.scalars(q["keys"], "query.keys", self.cfg.max_candidates)
+        self.expr(q["by"], "query.by")
+        aggs = q["aggs"]
+        if not isinstance(aggs, dict) or not aggs or len(aggs) > MAX_AGGS:
+            raise ValidationError(f"query.aggs must name 1 to {MAX_AGGS} aggregations")
+        for name, a in aggs.items():
+            what = f"query.aggs[{name!r}]"
+            if not isinstance(a, dict) or a.get("how") not in ("count", "sum", "mean"):
+                raise ValidationError(f"{what} must be {{\"how\": \"count\"|\"sum\"|\"mean\", "
+                                      "...}")
+            want = {"how"} if a["how"] == "count" else {"how", "f", "lo", "hi"}
+            if not set(a) <= want or not (want - {"f"}) <= set(a):
+                raise ValidationError(f"{what} ({a['how']}): expected the keys {sorted(want)} "
+                                      "(optional: ['f'])")
+            for k in ("lo", "hi"):
+                if k in a:
+                    self.number(a[k], f"{what}.{k}")
+            if a.get("f") is not None:
+                self.expr(a["f"], f"{what}.f")
 
 
 def parse_plan(raw: bytes, cfg: ServiceConfig) -> Plan:
