@@ -126,21 +126,26 @@ def check_randomiser_json(d: Any, limits: Limits = DEFAULT_LIMITS) -> None:
         if length is None:
             raise ValidationError("one shared coordinate matrix needs length >= 1")
         rows, cells = _matrix_shape(mats, "matrices", limits)
-        shapes = [(rows, cells)] * int(length)
-    else:
-        if len(mats) > limits.max_length:
-            raise ValidationError(f"{len(mats)} coordinate matrices: at most {limits.max_length}")
-        shapes = [_matrix_shape(m, f"matrices[{i}]", limits) for i, m in enumerate(mats)]
+        # one shared matrix: the same totals as ``length`` copies of it, in O(1)
+        _totals(cells * length, rows * cells * length, limits)
+        return
+    if len(mats) > limits.max_length:
+        raise ValidationError(f"{len(mats)} coordinate matrices: at most {limits.max_length}")
     total = work = 0
-    for rows, cells in shapes:
+    for i, m in enumerate(mats):
+        rows, cells = _matrix_shape(m, f"matrices[{i}]", limits)
         total += cells
         work += rows * cells
-        if total > limits.max_cells:
-            raise ValidationError(f"the coordinates have more than {limits.max_cells} entries in all")
-        if work > limits.max_pair_work:
-            raise ValidationError("pricing this product randomiser compares more than "
-                                  f"{limits.max_pair_work} pairs of entries: use fewer or smaller "
-                                  "coordinates")
+        _totals(total, work, limits)
+
+
+def _totals(cells: int, work: int, limits: Limits) -> None:
+    if cells > limits.max_cells:
+        raise ValidationError(f"the coordinates have more than {limits.max_cells} entries in all")
+    if work > limits.max_pair_work:
+        raise ValidationError("pricing this product randomiser compares more than "
+                              f"{limits.max_pair_work} pairs of entries: use fewer or smaller "
+                              "coordinates")
 
 
 def check_query_json(d: Any, limits: Limits = DEFAULT_LIMITS) -> None:

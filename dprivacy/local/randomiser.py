@@ -18,8 +18,14 @@ from typing import Any
 import numpy as np
 
 from dprivacy.errors import ValidationError
+from dprivacy.local.cost import (
+    CoordinateGroups,
+    coordinate_groups,
+    groups_cost,
+    validate_stochastic,
+    validate_stochastic_stack,
+)
 from dprivacy.local.cost import cost as matrix_cost
-from dprivacy.local.cost import product_cost, validate_stochastic
 from dprivacy.local.limits import check_randomiser_json
 
 __all__ = ["MatrixRandomiser", "ProductRandomiser", "Randomiser", "randomiser_from_json"]
@@ -183,43 +189,77 @@ class ProductRandomiser(Randomiser):
 
     def __post_init__(self) -> None:
         m = self.matrices
-        single = _is_matrix(m)
-        if single:
+        groups: CoordinateGroups
+        if _is_matrix(m):  # one shared matrix: validated and priced once
             if self.length is None or int(self.length) < 1:
                 raise ValidationError("one shared coordinate matrix needs length >= 1")
-            mats = [validate_stochastic(m)] * int(self.length)
+            n = int(self.length)
+            a = validate_stochastic(m)
+            mats = [a] * n
+            groups = [(a[None], np.arange(n), np.zeros(n, dtype=np.intp))]
         else:
-            mats = [validate_stochastic(x, name=f"matrices[{i}]") for i, x in enumerate(m)]
+            try:
+                n = len(m)
+            except TypeError:
+                raise ValidationError("matrices must be one matrix or a list of matrices") from None
+            stack = _stack_of(m)
+            if stack is not None:  # equally shaped matrices: validated and priced together
+                stack = validate_stochastic_stack(stack)
+                mats = list(stack)
+                groups = [(stack, np.arange(n), np.arange(n))]
+            else:
+                mats = [validate_stochastic(x, name=f"matrices[{i}]") for i, x in enumerate(m)]
+                groups = coordinate_groups(mats) if mats else []
             if self.length is not None and int(self.length) != len(mats):
                 raise ValidationError(f"length = {self.length} but {len(mats)} matrices were given")
         if not mats:
             raise ValidationError("a product randomiser needs at least one coordinate")
         if self.domain not in ("all", "one_hot"):
             raise ValidationError(f"domain = {self.domain!r}: use 'all' or 'one_hot'")
-        if self.domain == "one_hot" and any(x.shape[0] != 2 for x in mats):
+        if self.domain == "one_hot" and any(st.shape[1] != 2 for st, _c, _i in groups):
             raise ValidationError("domain='one_hot' needs 2-row (bit) matrices")
         object.__setattr__(self, "matrices", mats)
         object.__setattr__(self, "length", len(mats))
-        object.__setattr__(self, "_cost", product_cost(mats, self.domain))
+        object.__setattr__(self, "_groups", groups)
+        object.__setattr__(self, "_cost", groups_cost(groups, len(mats), self.domain))
 
     def cost(self) -> float:
         return float(self._cost)  # type: ignore[attr-defined]
 
-    def contains(self, value: Any) -> bool:
-        v = _plain(value)
+    def _vector(self, value: Any) -> np.ndarray | None:
+        """``value`` as an int64 array when it is a list of ``length`` whole numbers, else None."""
+        v = value if type(value) is list else _plain(value)
         if not isinstance(v, list) or len(v) != self.length:
+            return None
+        if not all(type(x) is int for x in v):  # no bool, no float: whole numbers only
+            v = _plain(v)  # numpy integers become ints; anything else stays and is refused
+            if not all(type(x) is int for x in v):
+                return None
+        try:
+            return np.array(v, dtype=np.int64)
+        except OverflowError:
+            return None
+
+    def _sizes(self, axis: int) -> np.ndarray:
+        """Rows (axis 1) or outputs (axis 2) of each coordinate's matrix."""
+        out = np.empty(int(self.length), dtype=np.int64)  # type: ignore[arg-type]
+        for stack, coords, _idx in self._groups:  # type: ignore[attr-defined]
+            out[coords] = stack.shape[axis]
+        return out
+
+    def _in_domain(self, x: np.ndarray | None) -> bool:
+        if x is None:
             return False
-        for x, m in zip(v, self.matrices, strict=True):
-            if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < m.shape[0]:
-                return False
-        return self.domain != "one_hot" or sum(v) == 1
+        if self.domain == "one_hot":
+            return bool(np.all((x == 0) | (x == 1))) and int(x.sum()) == 1
+        return bool(np.all((x >= 0) & (x < self._sizes(1))))
+
+    def contains(self, value: Any) -> bool:
+        return self._in_domain(self._vector(value))
 
     def has_output(self, value: Any) -> bool:
-        v = _plain(value)
-        if not isinstance(v, list) or len(v) != self.length:
-            return False
-        return all(not isinstance(x, bool) and isinstance(x, int) and 0 <= x < m.shape[1]
-                   for x, m in zip(v, self.matrices, strict=True))
+        x = self._vector(value)
+        return x is not None and bool(np.all((x >= 0) & (x < self._sizes(2))))
 
     def random_input(self, rng: np.random.Generator) -> list[int]:
         if self.domain == "one_hot":
@@ -229,20 +269,38 @@ class ProductRandomiser(Randomiser):
         return [int(rng.integers(m.shape[0])) for m in self.matrices]
 
     def apply(self, value: Any, rng: np.random.Generator) -> list[int]:
-        if not self.contains(value):
-            raise ValidationError(f"{value!r} is not an input of this product randomiser")
-        out = []
-        for x, m in zip(_plain(value), self.matrices, strict=True):
-            cdf = np.cumsum(m[x])
-            out.append(min(int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right")),
-                           m.shape[1] - 1))
-        return out
+        x = self._vector(value)
+        if not self._in_domain(x):
+            raise ValidationError(f"{str(value)[:80]} is not an input of this product randomiser")
+        assert x is not None
+        u = rng.random(x.size)  # one draw per coordinate, in coordinate order
+        out = np.empty(x.size, dtype=np.intp)
+        cdfs = getattr(self, "_cdfs", None)
+        if cdfs is None:
+            cdfs = [np.cumsum(stack, axis=2) for stack, _c, _i in self._groups]  # type: ignore[attr-defined]
+            object.__setattr__(self, "_cdfs", cdfs)
+        for (stack, coords, idx), c in zip(self._groups, cdfs, strict=True):  # type: ignore[attr-defined]
+            cdf = c[idx, x[coords]]  # (m, n_out): the row of each coordinate
+            # inverse CDF: the number of CDF entries <= u * total (searchsorted, side right)
+            j = (cdf <= (u[coords] * cdf[:, -1])[:, None]).sum(axis=1)
+            out[coords] = np.minimum(j, stack.shape[2] - 1)
+        return out.tolist()
 
     def to_dict(self) -> dict[str, Any]:
+        groups = self._groups  # type: ignore[attr-defined]
         first = self.matrices[0]
-        same = all(m is first or np.array_equal(m, first) for m in self.matrices)
+        same = len(groups) == 1 and bool(np.all(groups[0][0] == first))
         mats: Any = first.tolist() if same else [m.tolist() for m in self.matrices]
         return {"kind": "product", "matrices": mats, "length": self.length, "domain": self.domain}
+
+
+def _stack_of(m: Any) -> np.ndarray | None:
+    """``m`` as one (k, n_in, n_out) float array when its matrices share a shape, else None."""
+    try:
+        a = np.array(m, dtype=float)
+    except (TypeError, ValueError):
+        return None
+    return a if a.ndim == 3 and 0 not in a.shape else None
 
 
 def _is_matrix(m: Any) -> bool:

@@ -130,6 +130,82 @@ def test_product_randomiser_roundtrip_and_domain() -> None:
     assert all(R2.contains(R2.random_input(rng)) for _ in range(20))
 
 
+def _random_bits(rng: np.random.Generator, n: int) -> list[np.ndarray]:
+    p = rng.uniform(0.05, 0.95, size=(n, 2))
+    return [np.array([[a, 1 - a], [b, 1 - b]]) for a, b in p]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_one_hot_cost_is_the_brute_force_over_every_pair(seed: int) -> None:
+    """The linear-time one-hot price equals the maximum over all pairs (e_i, e_j) of one-hot
+    vectors, for distinct, shared and mixed coordinate matrices (ties included)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 9))
+    mats = _random_bits(rng, n)
+    if seed % 3 == 1:
+        mats = [mats[0]] * n  # one shared matrix: every pair ties
+    elif seed % 3 == 2:
+        mats = [mats[i % 2] for i in range(n)]  # two matrices repeated
+    onehot = np.eye(n, dtype=int)
+    want = product_cost(mats, onehot)  # brute force over the n one-hot vectors
+    assert product_cost(mats, "one_hot") == pytest.approx(want, rel=1e-12)
+    R = ProductRandomiser([m.tolist() for m in mats], domain="one_hot")  # stacked path
+    assert R.cost() == pytest.approx(want, rel=1e-12)
+    R2 = randomiser_from_json(R.to_json())
+    assert R2.cost() == pytest.approx(want, rel=1e-12)
+    assert product_cost(mats, "all") == pytest.approx(sum(cost(m) for m in mats), rel=1e-12)
+
+
+def test_product_pricing_is_linear_in_the_coordinates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pricing makes one vectorised pair-loss call per matrix shape, never one per coordinate or
+    per pair of coordinates: a shared matrix is priced once whatever the length, and 4096
+    distinct equally shaped matrices in one call over their stack."""
+    import importlib
+
+    cost_module = importlib.import_module("dprivacy.local.cost")
+    calls: list[tuple[int, ...]] = []
+    real = cost_module.stack_pair_loss
+
+    def counting(stack: np.ndarray) -> np.ndarray:
+        calls.append(stack.shape)
+        return real(stack)
+
+    monkeypatch.setattr(cost_module, "stack_pair_loss", counting)
+    monkeypatch.setattr(cost_module, "pair_loss", lambda *a: pytest.fail("priced per coordinate"))
+    big = randomiser_from_json({"kind": "product", "matrices": [[0.75, 0.25], [0.25, 0.75]],
+                                "length": 65536, "domain": "one_hot"})
+    assert calls == [(1, 2, 2)] and big.cost() == pytest.approx(2 * math.log(3))
+    calls.clear()
+    mats = _random_bits(np.random.default_rng(7), 4096)
+    R = ProductRandomiser([m.tolist() for m in mats], domain="one_hot")
+    assert calls == [(4096, 2, 2)]
+    # the quadratic definition, every ordered pair (i, j != i), computed independently
+    up = np.array([np.log(m[1] / m[0]).max() for m in mats])  # L_i[1, 0]
+    down = np.array([np.log(m[0] / m[1]).max() for m in mats])  # L_j[0, 1]
+    pairs = up[:, None] + down[None, :]
+    np.fill_diagonal(pairs, -np.inf)
+    assert R.cost() == pytest.approx(float(pairs.max()), rel=1e-12)
+    # ragged shapes: one call per shape
+    calls.clear()
+    ProductRandomiser([[[0.5, 0.5], [0.5, 0.5]], [[0.2, 0.3, 0.5], [0.3, 0.3, 0.4]]] * 100)
+    assert sorted(calls) == [(100, 2, 2), (100, 2, 3)]
+
+
+def test_product_apply_draws_each_coordinate_from_its_row() -> None:
+    """The vectorised draw matches one inverse-CDF draw per coordinate with the same uniforms."""
+    rng = np.random.default_rng(3)
+    mats = [np.array([[0.2, 0.3, 0.5], [0.6, 0.3, 0.1]]), np.array([[0.5, 0.5], [0.1, 0.9]])] * 50
+    R = ProductRandomiser([m.tolist() for m in mats])
+    x = [int(v) for v in rng.integers(0, 2, size=100)]
+    got = R.apply(x, np.random.default_rng(11))
+    u = np.random.default_rng(11).random(100)
+    want = [min(int(np.searchsorted(np.cumsum(m[xi]), ui, side="right")), m.shape[1] - 1)
+            for m, xi, ui in zip(mats, x, u, strict=True)]
+    assert got == want and R.has_output(got)
+    assert not R.contains(x[:-1]) and not R.contains([True] + x[1:]) and not R.contains([2] + x[1:])
+    assert not R.contains([10**30] + x[1:]) and R.contains([np.int64(v) for v in x])
+
+
 def test_sequential_cost_adds() -> None:
     assert sequential_cost([math.log(3), math.log(3)]) == pytest.approx(2 * math.log(3))
     with pytest.raises(ValidationError):

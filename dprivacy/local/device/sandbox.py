@@ -13,15 +13,23 @@ used Nsjail). Here each call is a fresh Python interpreter started by ``bwrap`` 
   either (root's files, such as ``/proc/sys/kernel/core_pattern``, are not its own);
 * **sees an empty environment** (``bwrap`` itself is started with an empty environment, and
   ``--clearenv``) and a read-only filesystem that holds only ``/usr`` and the interpreter (isolated
-  mode, standard library only), a private ``/proc`` whose ``/proc/sys`` is read-only, a read-only
-  minimal ``/dev``; no home, no ``/tmp``, no user data: its only data is its argument, on stdin;
+  mode, standard library only), a private ``/proc`` in which only the query's own process is
+  readable (every machine-wide entry, ``/proc/sys`` included, is masked: :func:`proc_masks`), a
+  read-only minimal ``/dev``; no home, no ``/tmp``, no user data: its only data is its
+  argument, on stdin;
 * **runs under a seccomp filter** (:mod:`dprivacy.local.device.seccomp`, passed with ``--seccomp FD``)
   that denies ptrace, the mount family, the kernel keyring, perf, bpf, namespaces, io_uring,
-  raw and packet sockets and process creation: the query is **one process** (threads allowed),
-  so the resource limits below bound the whole query, not each of its processes;
-* **has resource limits** set before ``exec``: address space (the query's memory bound, shared
-  by all its threads), CPU seconds, written file size (bounds the output), open files, tasks
-  (under the fresh uid of a root agent), no core dumps;
+  every socket (any family), inotify, fanotify and other watches on the machine, and process
+  creation: the query is **one process** (threads allowed), so the resource limits below bound
+  the whole query, not each of its processes;
+* **has resource limits**: set before ``exec``, address space (the query's memory bound, shared
+  by all its threads), CPU seconds, written file size (bounds the output), open files, no core
+  dumps; set inside the sandbox before the analyst's code is read, ``MAX_TASKS`` tasks
+  (``RLIMIT_NPROC``). The kernel counts that limit per user *and user namespace*, and every call
+  has a user namespace of its own, so it caps the query's threads and nothing else: other
+  processes of the agent's user neither count against it nor are stopped by it, which a limit
+  set before ``bwrap`` (counted over all the user's processes) would do for an agent that is
+  not root;
 * **has a wall-clock bound** ``t``: the process group is killed at ``t``; with ``pad=True`` every
   call takes ``t + PAD_SLACK`` seconds whatever the code does (the timing channel of Paper IV
   §3.4): the slack hides the few milliseconds that killing and collecting a process at its bound
@@ -74,7 +82,8 @@ MAX_OUTPUT = 1 << 20
 PAD_SLACK = 0.25
 
 _RUNNER = r"""
-import json, sys
+import json, resource, sys
+resource.setrlimit(resource.RLIMIT_NPROC, (%d, %d))
 req = json.loads(sys.stdin.read())
 ns = {"__name__": "analyst", "__builtins__": __builtins__}
 exec(compile(req["code"], "<analyst>", "exec"), ns)
@@ -98,8 +107,8 @@ class Outcome:
     reason: str = ""
 
 
-#: Tasks (processes and threads) the fresh uid of a root agent's call may hold: bwrap's own
-#: process, the interpreter and its threads. Process creation is denied by the seccomp filter.
+#: Tasks (the interpreter and its threads) a call may hold. Process creation is denied by the
+#: seccomp filter, so this caps the threads of the query's one process.
 MAX_TASKS = 16
 #: Uids (and gids) handed out to the calls of a root agent: a fresh one per call, in a range no
 #: account uses, so that no file of the device and no other process is the sandbox's own.
@@ -108,16 +117,53 @@ UID_BASE, UID_SPAN = 0x6F000000, 1 << 24
 INSIDE_ID = 65534
 
 
-def _limits(memory_bytes: int, cpu_seconds: int, tasks: int | None) -> Any:
+def _fresh_uid() -> int:
+    """A uid (and gid) for one call of a root agent: unused by any account and by any other call."""
+    return UID_BASE + secrets.randbelow(UID_SPAN)
+
+
+def _limits(memory_bytes: int, cpu_seconds: int) -> Any:
     def apply() -> None:  # runs in the child between fork and exec, after it dropped root
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
         resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_OUTPUT, MAX_OUTPUT))
         resource.setrlimit(resource.RLIMIT_NOFILE, (32, 32))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if tasks is not None:
-            resource.setrlimit(resource.RLIMIT_NPROC, (tasks, tasks))
     return apply
+
+
+#: Entries of ``/proc`` that stay visible: the process directories (in the sandbox's own PID
+#: namespace, only the query's) and the links to them.
+_PROC_KEEP = frozenset({"self", "thread-self"})
+
+
+def proc_masks(proc: str = "/proc") -> list[tuple[str, bool]]:
+    """The ``/proc`` entries the sandbox hides, as ``(path, is_directory)``.
+
+    Everything in ``/proc`` that is not a process directory or a symbolic link into one (such as
+    ``/proc/self``, ``/proc/mounts``, ``/proc/net``) describes the whole machine: interrupt and
+    CPU counters (``/proc/interrupts``, ``/proc/stat``, ``/proc/softirqs``), memory and page-cache
+    sizes (``/proc/meminfo``, ``/proc/vmstat``), load (``/proc/loadavg``, ``/proc/pressure``),
+    file locks of every process (``/proc/locks``), the boot id and global counters under
+    ``/proc/sys``. Host activity moves these, so code could watch the device through them. The
+    list is read from this kernel's ``/proc`` (not a fixed list of names): a file is covered by
+    ``/dev/null`` and a directory by an empty read-only ``tmpfs``.
+
+    Examples
+    --------
+    >>> ("/proc/interrupts", False) in proc_masks(), ("/proc/sys", True) in proc_masks()
+    (True, True)
+    """
+    out = []
+    for name in sorted(os.listdir(proc)):
+        path = os.path.join(proc, name)
+        if name.isdigit() or name in _PROC_KEEP or os.path.islink(path):
+            continue
+        try:
+            out.append(("/proc/" + name, os.path.isdir(path)))
+        except OSError:  # pragma: no cover (an entry that vanished)
+            continue
+    return out
 
 
 class Sandbox:
@@ -178,6 +224,7 @@ class Sandbox:
         base = os.path.realpath(sys.base_prefix)
         prefix = base if py.startswith(base + os.sep) else os.path.dirname(os.path.dirname(py))
         self._binds = [p for p in dict.fromkeys(("/usr", prefix)) if os.path.isdir(p)]
+        self._proc_masks = proc_masks()
         if probe:
             out = self.run("def f(x):\n    return x + 1\n", "f", [1], time_limit=10.0,
                            memory_mb=512, pad=False)
@@ -200,13 +247,13 @@ class Sandbox:
                 cmd += ["--symlink", target, link]
             else:
                 cmd += ["--ro-bind", link, link]
-        cmd += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
-        for p in ("/proc/sysrq-trigger", "/proc/irq", "/proc/bus"):
-            cmd += ["--ro-bind-try", p, p]
+        cmd += ["--proc", "/proc"]
+        for p, is_dir in self._proc_masks:  # only the query's own process stays visible
+            cmd += ["--tmpfs", p, "--remount-ro", p] if is_dir else ["--ro-bind", "/dev/null", p]
         cmd += ["--dev", "/dev", "--remount-ro", "/dev", "--chdir", "/", "--remount-ro", "/"]
         if seccomp_fd is not None:
             cmd += ["--seccomp", str(seccomp_fd)]
-        return cmd + [self.python, "-I", "-S", "-c", _RUNNER]
+        return cmd + [self.python, "-I", "-S", "-c", _RUNNER % (MAX_TASKS, MAX_TASKS)]
 
     def run(self, code: str, entry: str, args: list[Any], *, time_limit: float,
             memory_mb: int = 256, pad: bool | None = None) -> Outcome:
@@ -257,7 +304,7 @@ class Sandbox:
         cpu = max(1, int(time_limit) + 1)
         ids: dict[str, Any] = {}
         if self.drop_root:  # a fresh unprivileged uid/gid: the call owns nothing on the device
-            uid = UID_BASE + secrets.randbelow(UID_SPAN)
+            uid = _fresh_uid()
             ids = {"user": uid, "group": uid, "extra_groups": []}
         with tempfile.TemporaryFile() as fin, tempfile.TemporaryFile() as fout:
             fin.write(payload.encode())
@@ -269,7 +316,7 @@ class Sandbox:
                 wfd = -1
                 proc = subprocess.Popen(
                     self.command(rfd), stdin=fin, stdout=fout, stderr=subprocess.DEVNULL, env={},
-                    preexec_fn=_limits(memory_mb << 20, cpu, MAX_TASKS if self.drop_root else None),
+                    preexec_fn=_limits(memory_mb << 20, cpu),
                     start_new_session=True, close_fds=True, pass_fds=(rfd,), **ids,
                 )
             except OSError as exc:

@@ -13,11 +13,19 @@ The program (Linux ``Documentation/userspace-api/seccomp_filter.rst``):
    the attack surface: ptrace, mount family, kernel keyring, perf, bpf, namespaces (unshare,
    setns), io_uring (its operations bypass seccomp), kernel modules, kexec, reboot, swap, clock
    setting, userfaultfd, memfd, file handles, cross-process memory access;
-3. fails ``fork``/``vfork`` and any ``clone`` that does not create a thread: the query's code is
+3. fails with ``EPERM`` the calls that watch what happens outside the sandbox or read global
+   counters: inotify and fanotify (a watch on a file under ``/usr`` sees every program of the
+   machine that opens it), ``sysinfo`` (free memory, page cache, load and process count of the
+   whole machine), and ``fcntl`` with ``F_NOTIFY`` (directory notifications) or ``F_SETLEASE``
+   (a lease is broken when any other process opens the file);
+4. fails ``fork``/``vfork`` and any ``clone`` that does not create a thread: the query's code is
    one process, so its per-process limits (address space, CPU time) bound the whole query;
    ``clone3`` returns ``ENOSYS`` (glibc then falls back to ``clone``, which the filter can read);
-4. fails ``socket`` for ``AF_PACKET`` and ``SOCK_RAW`` sockets;
-5. allows the rest.
+5. fails every ``socket`` call, whatever its family (a query needs none: ``AF_VSOCK`` reaches the
+   host through no network namespace, ``AF_NETLINK`` reads kernel events, ``AF_PACKET`` and raw
+   sockets read frames), and ``socketpair`` for any family but ``AF_UNIX`` (an anonymous pair
+   inside the process, which ``asyncio`` uses; it has no address anyone else can reach);
+6. allows the rest.
 """
 from __future__ import annotations
 
@@ -34,7 +42,6 @@ _JEQ_K = 0x15
 _JGE_K = 0x35
 _JSET_K = 0x45
 _RET_K = 0x06
-_AND_K = 0x54
 
 _RET_KILL_PROCESS = 0x80000000
 _RET_ERRNO = 0x00050000
@@ -46,9 +53,9 @@ _OFF_NR, _OFF_ARCH, _OFF_ARG0, _OFF_ARG1 = 0, 4, 16, 24
 _AUDIT_ARCH_X86_64 = 0xC000003E
 _X32_SYSCALL_BIT = 0x40000000
 _CLONE_THREAD = 0x00010000
-_AF_PACKET = 17
-_SOCK_RAW = 3
-_SOCK_TYPE_MASK = 0xF
+_AF_UNIX = 1
+_F_SETLEASE = 1024
+_F_NOTIFY = 1026
 
 #: Denied system calls: their numbers on x86-64 (asm/unistd_64.h) and on arm64
 #: (asm-generic/unistd.h; arm64 has no fork, vfork, iopl, ioperm, modify_ldt, uselib or _sysctl).
@@ -69,6 +76,9 @@ DENIED: dict[str, tuple[int | None, int | None]] = {
     "adjtimex": (159, 171), "clock_adjtime": (305, 266), "vhangup": (153, 58),
     "lookup_dcookie": (212, 18), "fanotify_init": (300, 262), "name_to_handle_at": (303, 264),
     "open_by_handle_at": (304, 265), "memfd_create": (319, 279),
+    "fanotify_mark": (301, 263), "inotify_init": (253, None), "inotify_init1": (294, 26),
+    "inotify_add_watch": (254, 27), "inotify_rm_watch": (255, 28), "sysinfo": (99, 179),
+    "socket": (41, 198),
     "iopl": (172, None), "ioperm": (173, None), "modify_ldt": (154, None), "uselib": (134, None),
     "_sysctl": (156, None), "fork": (57, None), "vfork": (58, None),
 }
@@ -80,13 +90,15 @@ class _Abi:
     column: int  # index into DENIED's pairs
     clone: int
     clone3: int
-    socket: int
+    socketpair: int
+    fcntl: int
     x32_bit: bool  # calls with this bit set use another ABI (x86-64's x32): killed
 
 
 _ABIS = {
-    "x86_64": _Abi(0xC000003E, 0, clone=56, clone3=435, socket=41, x32_bit=True),
-    "aarch64": _Abi(0xC00000B7, 1, clone=220, clone3=435, socket=198, x32_bit=False),
+    "x86_64": _Abi(0xC000003E, 0, clone=56, clone3=435, socketpair=53, fcntl=72, x32_bit=True),
+    "aarch64": _Abi(0xC00000B7, 1, clone=220, clone3=435, socketpair=199, fcntl=25,
+                    x32_bit=False),
 }
 _ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
 
@@ -138,9 +150,12 @@ def filter_program(machine: str | None = None) -> bytes:
     # clone: allowed only with CLONE_THREAD in its flags (arg 0, low 32 bits)
     p += [_ins(_JEQ_K, abi.clone, 0, 4), _ins(_LD_W_ABS, _OFF_ARG0),
           _ins(_JSET_K, _CLONE_THREAD, 1, 0), _ins(_RET_K, eperm), _ins(_RET_K, _RET_ALLOW)]
-    # socket(domain, type, ...): no packet and no raw sockets
-    p += [_ins(_JEQ_K, abi.socket, 0, 6), _ins(_LD_W_ABS, _OFF_ARG0),
-          _ins(_JEQ_K, _AF_PACKET, 3, 0), _ins(_LD_W_ABS, _OFF_ARG1),
-          _ins(_AND_K, _SOCK_TYPE_MASK), _ins(_JEQ_K, _SOCK_RAW, 0, 1), _ins(_RET_K, eperm)]
+    # socketpair(domain, ...): AF_UNIX only
+    p += [_ins(_JEQ_K, abi.socketpair, 0, 4), _ins(_LD_W_ABS, _OFF_ARG0),
+          _ins(_JEQ_K, _AF_UNIX, 1, 0), _ins(_RET_K, eperm), _ins(_RET_K, _RET_ALLOW)]
+    # fcntl(fd, cmd, ...): no directory notifications, no leases
+    p += [_ins(_JEQ_K, abi.fcntl, 0, 5), _ins(_LD_W_ABS, _OFF_ARG1),
+          _ins(_JEQ_K, _F_NOTIFY, 1, 0), _ins(_JEQ_K, _F_SETLEASE, 0, 1), _ins(_RET_K, eperm),
+          _ins(_RET_K, _RET_ALLOW)]
     p.append(_ins(_RET_K, _RET_ALLOW))
     return b"".join(p)

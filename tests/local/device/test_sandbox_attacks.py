@@ -1,7 +1,9 @@
 """Attacks on the sandbox from inside, each run for real: every one must fail.
 
 Reading the agent's environment, writing global kernel settings as root, ptrace/mount/unshare
-and the other denied system calls, fork bombs and memory spread over children or threads.
+and the other denied system calls, sockets of every family (vsock, netlink, packet, raw),
+watching the machine (inotify, machine-wide /proc entries), fork bombs, threads beyond the cap
+and memory spread over children or threads.
 A write that could succeed writes back the value it read, so even a failing defence changes
 nothing on the machine.
 """
@@ -71,8 +73,9 @@ def test_never_root_inside_and_kernel_settings_read_only() -> None:
     assert v["caps"] == ["0000000000000000"] * 5
     assert v["no_new_privs"] == "1" and v["seccomp"] == "2"  # 2: a filter is installed
     import errno
-    assert v["/proc/sys/kernel/core_pattern"] in (errno.EROFS, errno.EACCES)
-    assert v["/proc/sys/kernel/hostname"] in (errno.EROFS, errno.EACCES)
+    # /proc/sys is masked by an empty read-only tmpfs: the files are not even there to write
+    assert v["/proc/sys/kernel/core_pattern"] in (errno.ENOENT, errno.EROFS, errno.EACCES)
+    assert v["/proc/sys/kernel/hostname"] in (errno.ENOENT, errno.EROFS, errno.EACCES)
     assert open("/proc/sys/kernel/core_pattern").read() == before
 
 
@@ -89,6 +92,13 @@ SYSCALLS = {
     "fork": "libc.syscall(57)",
     "memfd_create": "libc.syscall(319, b'x', 0)",
     "io_uring_setup": "libc.syscall(425, 4, ctypes.create_string_buffer(120))",
+    # watching the machine: a watch on a file under /usr sees every program that opens it
+    "inotify_init1": "libc.inotify_init1(0)",
+    "inotify_init": "libc.syscall(253)",
+    "fanotify_init": "libc.syscall(300, 0, 0)",
+    "sysinfo": "libc.sysinfo(ctypes.create_string_buffer(256))",
+    "fcntl F_NOTIFY": "libc.fcntl(os.open('/usr', os.O_RDONLY), 1026, 0x80000001)",
+    "socketpair AF_INET": "libc.socketpair(2, 1, 0, ctypes.create_string_buffer(8))",
 }
 
 
@@ -97,24 +107,162 @@ def test_denied_system_calls_fail_with_eperm() -> None:
     body = "".join(
         f"    out[{name!r}] = (({expr}), ctypes.get_errno())\n" for name, expr in SYSCALLS.items())
     code = (
-        "import ctypes, socket\n"
+        "import ctypes, os, socket\n"
         "libc = ctypes.CDLL(None, use_errno=True)\n"
         "def f(d, p, s):\n"
         "    out = {}\n" + body +
-        "    for fam, typ in ((socket.AF_PACKET, socket.SOCK_RAW), (socket.AF_INET, socket.SOCK_RAW),\n"
-        "                     (socket.AF_INET6, socket.SOCK_RAW)):\n"
+        "    for fam, typ in SOCKETS:\n"
         "        try:\n"
         "            socket.socket(fam, typ).close()\n"
         "            out[f'socket {fam} {typ}'] = (0, 0)\n"
         "        except OSError as e:\n"
         "            out[f'socket {fam} {typ}'] = (-1, e.errno)\n"
-        "    socket.socket().close()  # an ordinary socket (in an empty network namespace) is fine\n"
+        "    a, b = socket.socketpair()  # an anonymous AF_UNIX pair (asyncio's) is fine\n"
+        "    a.sendall(b'x')\n"
+        "    assert b.recv(1) == b'x'\n"
+        "    return out\n"
+    ).replace("SOCKETS", repr(SOCKETS))
+    v = _run(sb, code)
+    import errno
+    assert set(v) >= set(SYSCALLS) and len(v) == len(SYSCALLS) + len(SOCKETS)
+    assert all(rc == -1 and err == errno.EPERM for rc, err in v.values()), v
+
+
+#: (family, type) of sockets tried from inside: every family fails, the host-reaching ones included
+#: (AF_VSOCK = 40 talks to the host or hypervisor with no network namespace in between,
+#: AF_NETLINK = 16 reads kernel events, AF_PACKET = 17 and raw sockets read frames).
+SOCKETS = [(40, 1), (40, 2), (16, 3), (16, 2), (17, 3), (2, 3), (10, 3), (2, 1), (2, 2), (10, 1),
+           (1, 1), (1, 2), (38, 5)]
+
+
+def test_vsock_cannot_hold_a_port_the_device_needs() -> None:
+    """A sandboxed AF_VSOCK listener would hold a port on the host's vsock address space (no
+    network namespace covers vsock); inside, the socket cannot even be created."""
+    sb = make_sandbox(pad=False)
+    code = (
+        "import socket\n"
+        "def f(d, p, s):\n"
+        "    try:\n"
+        "        v = socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM)\n"
+        "        v.bind((socket.VMADDR_CID_ANY, 40123))\n"
+        "        v.listen(1)\n"
+        "        return 'bound'\n"
+        "    except OSError as e:\n"
+        "        return e.errno\n"
+    )
+    import errno
+    assert _run(sb, code) == errno.EPERM
+
+
+def test_inotify_cannot_see_programs_run_outside() -> None:
+    """A watch on the interpreter's own files would see the device run Python; the watch cannot
+    be made, and the host opening those files meanwhile shows nothing inside."""
+    import subprocess
+    import sys
+    import threading
+
+    sb = make_sandbox(pad=False)
+    target = os.path.realpath(sb.python)
+    code = (
+        "import ctypes, os, time\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "def f(d, p, s):\n"
+        f"    fd = libc.inotify_init1(os.O_NONBLOCK)\n"
+        "    if fd < 0:\n"
+        "        return ['no inotify', ctypes.get_errno()]\n"
+        f"    w = libc.inotify_add_watch(fd, {target!r}.encode(), 0x20)  # IN_OPEN\n"
+        "    time.sleep(1.5)\n"
+        "    try:\n"
+        "        return ['events', len(os.read(fd, 4096)), w]\n"
+        "    except BlockingIOError:\n"
+        "        return ['events', 0, w]\n"
+    )
+    out: list = []
+    t = threading.Thread(target=lambda: out.append(_run(sb, code)))
+    t.start()
+    for _ in range(6):  # the host runs the same interpreter while the sandboxed code watches
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        subprocess.run(["cat", target], stdout=subprocess.DEVNULL, check=True)
+    t.join()
+    import errno
+    assert out == [["no inotify", errno.EPERM]]
+
+
+def test_machine_wide_proc_entries_are_masked() -> None:
+    """Interrupt and CPU counters, memory and load figures, the boot id and every other
+    machine-wide /proc entry read as nothing inside; the query's own /proc/self still works."""
+    sb = make_sandbox(pad=False)
+    probe = ["/proc/interrupts", "/proc/stat", "/proc/softirqs", "/proc/meminfo", "/proc/vmstat",
+             "/proc/loadavg", "/proc/uptime", "/proc/locks", "/proc/diskstats", "/proc/cpuinfo",
+             "/proc/sys/kernel/random/boot_id", "/proc/sys/kernel/random/entropy_avail",
+             "/proc/sys/fs/file-nr", "/proc/sys/fs/inode-nr", "/proc/pressure/cpu",
+             "/proc/self/status"]
+    code = (
+        "import os\n"
+        "def f(d, p, s):\n"
+        "    out = {}\n"
+        f"    for path in {probe!r}:\n"
+        "        try:\n"
+        "            with open(path, 'rb') as fh:\n"
+        "                out[path] = len(fh.read())\n"
+        "        except OSError as e:\n"
+        "            out[path] = -e.errno\n"
+        "    out['sys'] = os.listdir('/proc/sys')\n"
         "    return out\n"
     )
     v = _run(sb, code)
-    import errno
-    assert set(v) >= set(SYSCALLS) and len(v) == len(SYSCALLS) + 3
-    assert all(rc == -1 and err == errno.EPERM for rc, err in v.values()), v
+    assert v.pop("/proc/self/status") > 100 and v.pop("sys") == []
+    readable_on_host = [p for p in probe[:-1] if os.path.exists(p)]
+    assert len(readable_on_host) >= 10  # the probe means something on this machine
+    assert all(v[p] <= 0 for p in readable_on_host), v  # nothing read: empty, EACCES or ENOENT
+    from dprivacy.local.device.sandbox import proc_masks
+    masked = dict(proc_masks())
+    assert masked["/proc/interrupts"] is False and masked["/proc/sys"] is True
+    assert not any(name.rsplit("/", 1)[1].isdigit() for name in masked)
+
+
+def test_thread_cap_counts_the_query_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent that is not root: its user already runs more processes than the cap, yet the
+    query runs, and it cannot start more than ``MAX_TASKS`` tasks (its thread and 15 more).
+
+    A root agent's calls are made with a chosen unprivileged uid that owns those processes, so
+    ``bwrap`` runs exactly as a non-root agent's would; a non-root test run uses its own uid.
+    """
+    import secrets
+    import subprocess
+
+    from dprivacy.local.device import sandbox as sandbox_module
+
+    if os.geteuid() == 0:
+        uid = sandbox_module.UID_BASE - 1 - secrets.randbelow(1 << 20)
+        monkeypatch.setattr(sandbox_module, "_fresh_uid", lambda: uid)
+        ids: dict = {"user": uid, "group": uid, "extra_groups": []}
+    else:
+        ids = {}
+    cap = sandbox_module.MAX_TASKS
+    others = [subprocess.Popen(["sleep", "60"], **ids) for _ in range(3 * cap)]
+    try:
+        sb = make_sandbox(pad=False)
+        code = (
+            "import threading\n"
+            "def f(d, p, s):\n"
+            "    threading.stack_size(1 << 18)\n"
+            "    ev, n = threading.Event(), 0\n"
+            f"    for _ in range({4 * cap}):\n"
+            "        try:\n"
+            "            threading.Thread(target=ev.wait).start()\n"
+            "            n += 1\n"
+            "        except RuntimeError:\n"
+            "            break\n"
+            "    ev.set()\n"
+            "    return n\n"
+        )
+        started = _run(sb, code, memory_mb=4096)
+    finally:
+        for p in others:
+            p.kill()
+            p.wait()
+    assert started == cap - 1
 
 
 def test_fork_bomb_and_memory_over_children_are_bounded_per_query() -> None:
@@ -164,8 +312,10 @@ def test_filter_program_shape() -> None:
     x86 = [v[0] for v in DENIED.values() if v[0] is not None]
     arm = [v[1] for v in DENIED.values() if v[1] is not None]
     assert len(set(x86)) == len(x86) and len(set(arm)) == len(arm)
-    assert len(filter_program("x86_64")) == 8 * (6 + 2 * len(x86) + 2 + 5 + 7 + 1)
-    assert len(filter_program("aarch64")) == 8 * (4 + 2 * len(arm) + 2 + 5 + 7 + 1)
+    assert len(filter_program("x86_64")) == 8 * (6 + 2 * len(x86) + 2 + 5 + 5 + 6 + 1)
+    assert len(filter_program("aarch64")) == 8 * (4 + 2 * len(arm) + 2 + 5 + 5 + 6 + 1)
+    assert {"socket", "inotify_init1", "inotify_add_watch", "fanotify_init", "fanotify_mark",
+            "sysinfo"} <= set(DENIED)
     with pytest.raises(Exception, match="x86-64 and arm64 only"):
         filter_program("riscv64")
 
