@@ -13,7 +13,15 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from dprivacy.cli import cmd_demo, cmd_design, cmd_local, cmd_release, cmd_reproduce, cmd_verify
+from dprivacy.cli import (
+    cmd_budgets,
+    cmd_demo,
+    cmd_design,
+    cmd_local,
+    cmd_release,
+    cmd_reproduce,
+    cmd_verify,
+)
 from dprivacy.cli.exits import (
     BUDGET,
     EXIT_CODES_HELP,
@@ -44,6 +52,7 @@ DESCRIPTION = """Design, verify and apply d_X-private Laplace mechanisms.
   reproduce  the paper's experiments (from a source checkout)
   local      the local model (PreTPost): aggregator service, user agent, cost of a randomiser
   serve      serve protected tables (PINQ / ProPer) to remote analysts holding a key
+  budgets    the data owner's view of a service's budgets (PINQ per analyst, ProPer per person)
 
 Privacy condition checked before anything is written or released (Theorem 1):
 sum_k beta_k w_k |F_ki - F_kj| <= eps_ij for every constrained pair (i, j)."""
@@ -51,7 +60,7 @@ sum_k beta_k w_k |F_ki - F_kj| <= eps_ij for every constrained pair (i, j)."""
 #: ``register(subparsers)`` functions, one per subcommand, in the order --help lists them.
 COMMANDS: list[Callable[[argparse._SubParsersAction], object]] = [
     cmd_demo.register, cmd_design.register, cmd_verify.register, cmd_release.register,
-    cmd_reproduce.register, cmd_local.register, service_cli.register,
+    cmd_reproduce.register, cmd_local.register, service_cli.register, cmd_budgets.register,
 ]
 
 

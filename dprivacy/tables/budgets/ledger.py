@@ -384,6 +384,18 @@ class Ledger(BudgetLedger):
             db.execute("ROLLBACK")
             raise
 
+    def named_budgets(self, prefix: str = "") -> list[tuple[str, float, float, int]]:
+        """The data owner's view of the named budgets whose name starts with ``prefix``:
+        ``(name, initial, remaining, charges)`` sorted by name, ``charges`` the number of
+        committed charges that debited it (logged charges only)."""
+        rows = self._db().execute(
+            "SELECT substr(m.key, 6), b.initial, b.remaining, "
+            "(SELECT COUNT(*) FROM charges c WHERE c.id = b.id) "
+            "FROM meta m JOIN budgets b ON b.id = m.value "
+            "WHERE m.key LIKE 'name:%' AND substr(m.key, 6, ?) = ? ORDER BY m.key",
+            (len(prefix), prefix)).fetchall()
+        return [(str(n), int(i) / _PER_EPS, int(r) / _PER_EPS, int(c)) for n, i, r, c in rows]
+
     def remaining(self, ids: Any) -> np.ndarray:
         a = ids_array(ids)
         got = dict(self._select("SELECT id, remaining FROM budgets WHERE id IN", a))
