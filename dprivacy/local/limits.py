@@ -17,7 +17,13 @@ from typing import Any
 
 from dprivacy.errors import ValidationError
 
-__all__ = ["DEFAULT_LIMITS", "Limits", "check_randomiser_json"]
+__all__ = ["DEFAULT_LIMITS", "MAX_REASON", "MAX_REPLY_BYTES", "Limits", "check_json_value",
+           "check_query_json", "check_randomiser_json", "fit_refusal", "safe_text"]
+
+#: Largest JSON text of one reply (the aggregator refuses larger ones).
+MAX_REPLY_BYTES = 64 * 1024
+#: Characters of a refusal's reason a device sends.
+MAX_REASON = 1000
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,14 @@ class Limits:
         Characters of a query id.
     max_fields : int
         Data fields one query may list.
+    max_name : int
+        Characters of a field or event name.
+    max_depth : int
+        Nesting of any JSON value in a query (``params``, labels of T, ...).
+    max_nodes : int
+        JSON values (lists, objects, strings, numbers) in ``params``, and in all the labels of T.
+    max_label : int
+        Characters of the JSON text of one label of T.
 
     Examples
     --------
@@ -52,6 +66,10 @@ class Limits:
     max_pair_work: int = 1 << 26
     max_id: int = 256
     max_fields: int = 1024
+    max_name: int = 128
+    max_depth: int = 32
+    max_nodes: int = 1 << 16
+    max_label: int = 1024
 
 
 #: The caps every query parsed from JSON is held to (aggregator and agents alike).
@@ -159,5 +177,137 @@ def check_query_json(d: Any, limits: Limits = DEFAULT_LIMITS) -> None:
     fields = d.get("fields", ())
     if isinstance(fields, (list, tuple)) and len(fields) > limits.max_fields:
         raise ValidationError(f"the query lists {len(fields)} fields: at most {limits.max_fields}")
+    for k in ("id", "fields", "event", "pre", "post", "publisher", "t", "memory_mb", "seed"):
+        if k in d:
+            check_json_value(d[k], k, max_depth=3, max_nodes=2 * limits.max_fields + 8)
+    if isinstance(fields, (list, tuple)):
+        for f in fields:
+            if isinstance(f, str) and len(f) > limits.max_name:
+                raise ValidationError(f"a field name has {len(f)} characters: at most {limits.max_name}")
+    ev = d.get("event")
+    if isinstance(ev, str) and len(ev) > limits.max_name:
+        raise ValidationError(f"the event name has {len(ev)} characters: at most {limits.max_name}")
+    if "params" in d:
+        check_json_value(d["params"], "params", max_depth=limits.max_depth,
+                         max_nodes=limits.max_nodes)
     if "T" in d:
         check_randomiser_json(d["T"], limits)
+        T = d["T"]  # noqa: N806
+        for k, v in T.items():
+            if k == "inputs" or k == "outputs":
+                check_json_value(v, f"T's {k}", max_depth=limits.max_depth,
+                                 max_nodes=limits.max_nodes)
+                for label in v or ():
+                    if _text_length(label) > limits.max_label:
+                        raise ValidationError(f"a label of T's {k} is longer than "
+                                              f"{limits.max_label} characters of JSON")
+            elif k not in ("matrix", "matrices"):  # the matrices are read as numbers
+                check_json_value(v, f"T's {k}", max_depth=2, max_nodes=16)
+
+
+def _text_length(v: Any) -> int:
+    import json
+
+    return len(json.dumps(v, sort_keys=True, separators=(",", ":")))
+
+
+def _utf8(s: str) -> bool:
+    if s.isascii():
+        return True
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_json_value(v: Any, what: str, *, max_depth: int, max_nodes: int) -> None:
+    """Raise :class:`ValidationError` unless ``v`` is plain JSON within the caps.
+
+    Plain JSON: ``None``, ``bool``, ``int``, finite ``float``, ``str`` that is valid UTF-8 (no
+    lone surrogate, which ``"\\ud800"`` in JSON text would give), lists and objects with text
+    keys; at most ``max_depth`` levels of lists and objects, ``max_nodes`` values in all. The walk
+    is iterative and stops at the first excess, so its work is at most ``max_nodes`` steps.
+
+    Examples
+    --------
+    >>> check_json_value({"a": [1, 2.5, None]}, "params", max_depth=4, max_nodes=10)
+    >>> deep = []
+    >>> for _ in range(700):
+    ...     deep = [deep]
+    >>> try:
+    ...     check_json_value(deep, "params", max_depth=32, max_nodes=10**6)
+    ... except ValidationError as exc:
+    ...     print(exc)
+    params is nested more than 32 levels deep
+    """
+    stack: list[tuple[Any, int]] = [(v, 0)]
+    nodes = 0
+    while stack:
+        x, depth = stack.pop()
+        nodes += 1
+        if nodes > max_nodes:
+            raise ValidationError(f"{what} holds more than {max_nodes} JSON values")
+        t = type(x)
+        if x is None or t is bool or t is int:
+            continue
+        if t is float:
+            if x != x or x in (float("inf"), float("-inf")):
+                raise ValidationError(f"{what} holds NaN or infinity (not JSON)")
+            continue
+        if t is str:
+            if not _utf8(x):
+                raise ValidationError(f"{what} holds text that is not UTF-8 (a lone surrogate)")
+            continue
+        if t is list or t is tuple:
+            if depth >= max_depth:
+                raise ValidationError(f"{what} is nested more than {max_depth} levels deep")
+            if nodes + len(x) > max_nodes:
+                raise ValidationError(f"{what} holds more than {max_nodes} JSON values")
+            stack.extend((y, depth + 1) for y in x)
+            continue
+        if t is dict:
+            if depth >= max_depth:
+                raise ValidationError(f"{what} is nested more than {max_depth} levels deep")
+            if nodes + 2 * len(x) > max_nodes:
+                raise ValidationError(f"{what} holds more than {max_nodes} JSON values")
+            for k, y in x.items():
+                if type(k) is not str or not _utf8(k):
+                    raise ValidationError(f"{what} has a key that is not UTF-8 text")
+                stack.append((y, depth + 1))
+            continue
+        raise ValidationError(f"{what} holds a {t.__name__}, which is not JSON")
+
+
+def safe_text(s: Any, limit: int = MAX_REASON) -> str:
+    """``s`` as text of at most ``limit`` characters that encodes as UTF-8 (lone surrogates and
+    other unencodable characters become backslash escapes)."""
+    text = str(s)[:limit]
+    return text if _utf8(text) else text.encode("utf-8", "backslashreplace").decode("utf-8")[:limit]
+
+
+def fit_refusal(reply: dict[str, Any]) -> dict[str, Any]:
+    """A refusal reply that always passes the aggregator's checks: its reason cut to
+    :data:`MAX_REASON` characters of UTF-8 text, and its ``result`` dropped (None) when it is not
+    plain JSON or the reply would exceed :data:`MAX_REPLY_BYTES`.
+
+    Examples
+    --------
+    >>> r = fit_refusal({"query": "q", "user": "u", "status": "rejected",
+    ...                  "reason": "fields ['" + "x" * 100000 + "'] are not offered", "result": None})
+    >>> len(r["reason"]) <= MAX_REASON
+    True
+    """
+    import json
+
+    out = dict(reply)
+    out["reason"] = safe_text(out.get("reason", ""))
+    out["query"] = out.get("query") if isinstance(out.get("query"), str) else ""
+    try:
+        check_json_value(out.get("result"), "result", max_depth=32, max_nodes=4096)
+        size = len(json.dumps(out, allow_nan=False))
+    except (ValidationError, TypeError, ValueError):
+        size = MAX_REPLY_BYTES + 1
+    if size > MAX_REPLY_BYTES:
+        out["result"] = None
+    return out

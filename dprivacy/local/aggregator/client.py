@@ -12,6 +12,7 @@ simulations).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -21,8 +22,10 @@ from dprivacy._serving import BackgroundServer
 from dprivacy.local.device.agent import UserAgent
 from dprivacy.local.query import Query
 
-__all__ = ["ServerThread", "collect", "collect_results", "connect", "poll_once", "publish", "run_agent",
-           "run_server", "simulate_users"]
+__all__ = ["PollError", "ServerThread", "collect", "collect_results", "connect", "poll_once",
+           "publish", "run_agent", "run_server", "simulate_users"]
+
+log = logging.getLogger(__name__)
 
 
 def connect(url: str, credential: str | None = None, *, timeout: float = 60.0) -> Any:
@@ -63,35 +66,113 @@ def collect_results(client: Any, query: Query, *, rng: Any = None) -> list[Any]:
     return apply_post(query, collect(client, query.id), rng=rng)
 
 
+class PollError(RuntimeError):
+    """The aggregator could not be reached or did not answer usefully: back off and poll again."""
+
+
+def _page(client: Any, after: int, limit: int, headers: Any) -> tuple[list[Any], int]:
+    """One page of queries after ``after``: (queries, next). Raises ``httpx.HTTPError`` (transport
+    or status) or ValueError (a body that is not a page)."""
+    r = client.get("/queries", params={"after": after, "limit": limit}, headers=headers)
+    r.raise_for_status()
+    body = r.json()
+    if not isinstance(body, dict) or not isinstance(body.get("queries"), list):
+        raise ValueError("the aggregator's page is not {queries, next}")
+    nxt = body.get("next")
+    if isinstance(nxt, bool) or not isinstance(nxt, int) or nxt < after:
+        raise ValueError("the aggregator's page has no valid next position")
+    return body["queries"], nxt
+
+
+def _skippable(exc: BaseException) -> bool:
+    """True for a failure that a bad query can cause (an HTTP error status, a read time-out, a
+    malformed page); False for one that says the aggregator is unreachable or refuses us."""
+    import httpx
+
+    if isinstance(exc, httpx.HTTPStatusError):
+        return exc.response.status_code not in (401, 403, 429, 502, 503, 504)
+    return isinstance(exc, (httpx.ReadTimeout, httpx.RemoteProtocolError, httpx.DecodingError,
+                            ValueError))
+
+
 def poll_once(client: Any, agent: UserAgent, after: int = 0, *,
-              credential: str | None = None) -> int:
+              credential: str | None = None, limit: int = 100, retries: int = 2,
+              backoff: float = 0.5) -> int:
     """Answer the queries published after position ``after``; returns the new position.
 
     ``client`` carries the device's credential, or ``credential`` is sent with each request
     (one client shared by several simulated devices).
+
+    No query can stop the device. A page the aggregator cannot serve is fetched again one query
+    at a time, and a single query that still fails (an HTTP error, a time-out, a malformed page,
+    ``retries`` times with growing pauses from ``backoff`` seconds) is skipped; a query the
+    agent cannot read is refused by :meth:`UserAgent.handle`; a reply the aggregator refuses is
+    logged and skipped. Only a failure that is not the query's (no connection, a refused
+    credential, the aggregator overloaded) raises :class:`PollError`, after which the caller
+    polls again from the returned position (answered queries are then replayed from the
+    ledger, never charged twice).
     """
+    import httpx
+
     headers = None if credential is None else {"Authorization": f"Bearer {credential}"}
+    size, failures = max(1, int(limit)), 0
     while True:
-        r = client.get("/queries", params={"after": after}, headers=headers)
-        r.raise_for_status()
-        body = r.json()
-        for q in body["queries"]:
-            reply = agent.handle(q)
-            client.post("/replies", json=reply, headers=headers).raise_for_status()
-        if not body["queries"]:
+        try:
+            queries, nxt = _page(client, after, size, headers)
+        except (httpx.HTTPError, ValueError) as exc:
+            if not _skippable(exc):
+                raise PollError(f"polling after {after}: {type(exc).__name__}: {exc}") from exc
+            if size > 1:  # find the query that breaks the page
+                size = 1
+                continue
+            failures += 1
+            if failures <= retries:
+                time.sleep(backoff * 2 ** (failures - 1))
+                continue
+            log.warning("skipping the query after position %d: %s", after, type(exc).__name__)
+            after, failures = after + 1, 0
+            continue
+        failures = 0
+        if not queries:
             return after
-        after = int(body["next"])
+        for q in queries:
+            try:
+                reply = agent.handle(q)
+            except Exception as exc:  # noqa: BLE001 (handle never raises; belt and braces)
+                log.warning("a query could not be handled (%s): skipped", type(exc).__name__)
+                continue
+            try:
+                client.post("/replies", json=reply, headers=headers).raise_for_status()
+            except httpx.HTTPStatusError as exc:
+                if not _skippable(exc):
+                    raise PollError(f"posting a reply: {exc}") from exc
+                log.warning("the aggregator refused the reply to %r (%d): skipped",
+                            str(reply.get("query"))[:80], exc.response.status_code)
+            except httpx.HTTPError as exc:
+                raise PollError(f"posting a reply: {type(exc).__name__}: {exc}") from exc
+        after = nxt
+        size = max(1, int(limit))
 
 
 def run_agent(client: Any, agent: UserAgent, *, interval: float = 1.0, polls: int | None = None,
-              stop: Callable[[], bool] | None = None, credential: str | None = None) -> int:
-    """Poll every ``interval`` seconds (``polls`` times, or until ``stop()``); returns the position."""
-    after, k = 0, 0
+              stop: Callable[[], bool] | None = None, credential: str | None = None,
+              max_backoff: float = 60.0) -> int:
+    """Poll every ``interval`` seconds (``polls`` times, or until ``stop()``); returns the position.
+
+    Never stops on an aggregator's failure: after a :class:`PollError` it waits (doubling the
+    pause up to ``max_backoff`` seconds) and polls again from where it was.
+    """
+    after, k, pause = 0, 0, float(interval)
     while (polls is None or k < polls) and not (stop is not None and stop()):
-        after = poll_once(client, agent, after, credential=credential)
+        try:
+            after = poll_once(client, agent, after, credential=credential)
+            pause = float(interval)
+        except PollError as exc:
+            log.warning("%s; polling again in %.3g s", exc, pause)
+            pause = min(max(pause, 0.01) * 2, max_backoff)
         k += 1
         if polls is None or k < polls:
-            time.sleep(interval)
+            time.sleep(pause)
     return after
 
 

@@ -11,7 +11,8 @@ A reply is ``{"query", "user", "status", ...}``:
 * ``status = "rejected"``: a ``reason`` (text) and the user's ``result`` (any JSON, or null).
 
 Anything else (an unknown status or key, a wrong cost, an output T cannot produce, a reply of
-more than :data:`MAX_REPLY_BYTES`) is refused with a one-line reason.
+more than :data:`~dprivacy.local.limits.MAX_REPLY_BYTES`, text that is not UTF-8, a value nested
+too deep) is refused with a one-line reason.
 
 Privacy condition: none (the aggregator only sees replies, which are already randomised).
 """
@@ -25,12 +26,11 @@ from typing import Any
 
 from dprivacy.errors import ValidationError
 from dprivacy.local.aggregator.errors import ForbiddenError
+from dprivacy.local.limits import MAX_REPLY_BYTES, check_json_value
 from dprivacy.local.query import Query
 
 __all__ = ["MAX_REPLY_BYTES", "check_reply", "output_checker"]
 
-#: Largest JSON text of one reply.
-MAX_REPLY_BYTES = 64 * 1024
 _KEYS = frozenset({"query", "user", "status", "result", "cost", "reason"})
 
 
@@ -63,6 +63,7 @@ def check_reply(reply: Any, *, device: str, query: Query, cost: float,
         raise ValidationError(f"a reply has no key {extra[0]!r} (keys: {', '.join(sorted(_KEYS))})")
     if reply.get("user", device) != device:
         raise ForbiddenError("the reply names another user than the device whose credential sent it")
+    check_json_value(reply, "a reply", max_depth=34, max_nodes=(1 << 17) + 64)
     if reply.get("query") != query.id:
         raise ValidationError("the reply's query id is not the query it was sent for")
     try:

@@ -3,8 +3,9 @@
 Endpoints (``Authorization: Bearer <credential>``; 401 without a valid one, 403 with the wrong
 kind or for another analyst's query):
 
-* ``POST /queries``: an analyst publishes a query (the JSON of :meth:`Query.to_dict`;
-  size-capped, validated; its ``publisher`` is the key's analyst);
+* ``POST /queries``: an analyst publishes a query (the JSON of :meth:`Query.to_dict`, UTF-8;
+  size-, depth- and text-checked in every part, validated; its ``publisher`` is the key's
+  analyst);
 * ``GET /queries?after=k``: a device or an analyst reads the queries published after position k;
 * ``POST /replies``: a device sends its own reply ``{query, status, cost, result}`` (schema
   checked; the first answer per user and query is kept);
@@ -34,6 +35,7 @@ from dprivacy.errors import DPrivacyError
 from dprivacy.local.aggregator.errors import ConflictError, ForbiddenError, UnknownError
 from dprivacy.local.aggregator.middleware import BodyLimit
 from dprivacy.local.aggregator.store import AggregatorStore, Principal
+from dprivacy.local.limits import safe_text
 
 __all__ = ["DEFAULT_MAX_BODY", "create_app"]
 
@@ -47,7 +49,8 @@ def _no_constant(name: str) -> Any:
 
 
 def _loads(raw: bytes) -> Any:
-    return json.loads(raw, parse_constant=_no_constant)
+    """JSON from a UTF-8 body (no other encoding, no NaN or infinity)."""
+    return json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
 
 
 def create_app(store: AggregatorStore | None = None, *, max_body: int = DEFAULT_MAX_BODY,
@@ -79,14 +82,14 @@ def create_app(store: AggregatorStore | None = None, *, max_body: int = DEFAULT_
         try:
             return await run_in_threadpool(fn, *args)
         except UnknownError as exc:
-            raise HTTPException(404, str(exc)) from exc
+            raise HTTPException(404, safe_text(exc, 2000)) from exc
         except ForbiddenError as exc:
-            raise HTTPException(403, str(exc)) from exc
+            raise HTTPException(403, safe_text(exc, 2000)) from exc
         except ConflictError as exc:
-            raise HTTPException(409, str(exc)) from exc
+            raise HTTPException(409, safe_text(exc, 2000)) from exc
         except (DPrivacyError, ValueError, TypeError, KeyError, IndexError, OverflowError,
                 RecursionError) as exc:
-            raise HTTPException(400, str(exc)[:2000] or type(exc).__name__) from exc
+            raise HTTPException(400, safe_text(exc, 2000) or type(exc).__name__) from exc
 
     async def caller(request: Request, *kinds: str) -> Principal:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")

@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 from dprivacy.errors import ValidationError
 from dprivacy.local.aggregator.errors import ConflictError, ForbiddenError, UnknownError
 from dprivacy.local.aggregator.replies import check_reply, output_checker
+from dprivacy.local.limits import check_query_json
 from dprivacy.local.query import Query
 
 __all__ = ["AggregatorStore", "ConflictError", "ForbiddenError", "Principal", "UnknownError"]
@@ -57,6 +58,16 @@ CREATE TABLE IF NOT EXISTS replies (
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@:-]{0,127}")
 _TOKEN = re.compile(r"(dpa|dpd)_([0-9a-f]{16})_([0-9a-f]{64})")
 _KINDS = {"dpa": "analyst", "dpd": "device"}
+
+
+def _servable(body: str) -> dict[str, Any] | None:
+    """A stored query's JSON if it passes the publish checks (UTF-8, caps), else None."""
+    try:
+        d = json.loads(body)
+        check_query_json(d)
+    except (ValueError, RecursionError):
+        return None
+    return d if isinstance(d, dict) else None
 
 
 class Principal(NamedTuple):
@@ -222,7 +233,9 @@ class AggregatorStore:
         for pos, body in rows:
             if out and size + len(body) > self.page_bytes:
                 break
-            out.append(json.loads(body))
+            q = _servable(body)
+            if q is not None:  # a row stored before today's checks is passed over, never served
+                out.append(q)
             size, nxt = size + len(body), int(pos)
         return out, nxt
 

@@ -15,8 +15,18 @@ Each answered query id is recorded in the same transaction as its charge
 an agent restarted on the same ledger, or a second agent process on it, neither charges a query
 again nor answers it a second time.
 
+**Analyst code is charged to every field and every event.** Two runs of analyst ``pre`` on one
+kernel share state that no sandbox clears: a ``pre`` can leave what it read in the page cache
+(by reading chosen pages of a file every sandbox can read) and a later ``pre`` can read it back
+(by probing which pages are cached). A query whose ``pre`` is analyst code can therefore reveal
+any field and any event an earlier analyst ``pre`` saw, so it is charged (``code=True``) to the
+total, to every per-field budget and to every event budget opened so far (and its own event),
+all found inside the charge's transaction. Per-field and per-event budgets bound queries with a
+builtin ``pre``, which runs no analyst code, as before.
+
 Privacy condition: the total loss of a user is at most their total budget; the loss about one
-field (one event) is at most that field's (event's) budget.
+field (one event) is at most that field's (event's) budget, counting what analyst code could
+relay between queries.
 """
 
 from __future__ import annotations
@@ -107,10 +117,15 @@ class PersonalBudget:
                 ids.append(self._ids[n])
         return ids
 
+    def _everything(self, code: bool) -> tuple[str, ...]:
+        """Name prefixes of the budgets an analyst-code query is also charged to."""
+        return (f"{self.user}/field/", f"{self.user}/event/") if code else ()
+
     def try_charge(self, cost: float, *, fields: tuple[str, ...], event: str | None = None,
-                   label: str | None = None) -> bool:
+                   label: str | None = None, code: bool = False) -> bool:
         """Charge ``cost`` to every covering budget, all or nothing; True iff charged (committed).
 
+        ``code=True`` (the query runs analyst code) also charges every field and event budget.
         A query covered by no budget, or with an infinite or invalid cost, is refused (False).
         """
         if not (isinstance(cost, (int, float)) and math.isfinite(cost) and cost >= 0):
@@ -118,26 +133,31 @@ class PersonalBudget:
         ids = self._covering_ids(fields, event)
         if not ids:
             return False
-        ch = self.ledger.charge(ids, float(cost), all_or_nothing=True, label=label)
+        ch = self.ledger.charge(ids, float(cost), all_or_nothing=True, label=label,
+                                named_prefixes=self._everything(code))
         return bool(ch.ok.all())
 
     def _key(self, qid: str) -> str:
         return f"{self.user}/query/{qid}"
 
     def charge_query(self, qid: str, cost: float, *, fields: tuple[str, ...],
-                     event: str | None = None, label: str | None = None) -> str:
+                     event: str | None = None, label: str | None = None,
+                     code: bool = False) -> str:
         """Charge query ``qid`` at most once: ``"charged"``, ``"refused"`` or ``"answered"``.
 
         The query id is recorded in the ledger in the same transaction as the charge, so once
         ``"charged"`` has been returned the id is answered for good (across restarts and
         processes): a later call returns ``"answered"`` and charges nothing. A refused charge
-        records nothing (the query may be judged again)."""
+        records nothing (the query may be judged again). ``code=True`` (the query runs analyst
+        code) also charges every field budget and every event budget, found in the same
+        transaction."""
         if not (isinstance(cost, (int, float)) and math.isfinite(cost) and cost >= 0):
             return "refused"
         ids = self._covering_ids(fields, event)
         if not ids:
             return "refused"
-        ch = self.ledger.charge(ids, float(cost), all_or_nothing=True, label=label, key=self._key(qid))
+        ch = self.ledger.charge(ids, float(cost), all_or_nothing=True, label=label, key=self._key(qid),
+                                named_prefixes=self._everything(code))
         if ch.repeated:
             return "answered"
         return "charged" if bool(ch.ok.all()) else "refused"

@@ -72,7 +72,8 @@ class PublicPolicy:
         allowed = schema if self.allowed_fields is None else frozenset(self.allowed_fields) & schema
         extra = [f for f in query.fields if f not in allowed]
         if extra:
-            return f"fields {extra} are not offered"
+            shown = ", ".join(repr(f[:40]) for f in extra[:5]) + (" ..." if len(extra) > 5 else "")
+            return f"{len(extra)} field(s) not offered: {shown}"
         if query.t > self.max_t:
             return f"time bound {query.t} s above {self.max_t} s"
         if query.memory_mb > self.max_memory_mb:

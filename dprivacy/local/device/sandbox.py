@@ -70,6 +70,7 @@ from typing import Any
 
 from dprivacy.errors import DPrivacyError, ValidationError
 from dprivacy.local.device.bwrap import bwrap_path, others_can_run, reachable_copy
+from dprivacy.local.device.reduce import REDUCER, decode, record_size
 from dprivacy.local.device.seccomp import UnsupportedArchitectureError, filter_program
 
 __all__ = ["Outcome", "Sandbox", "SandboxUnavailableError", "bwrap_path"]
@@ -92,6 +93,8 @@ sys.stdout.write("\n\x1eRESULT" + json.dumps(out, allow_nan=False))
 sys.stdout.flush()
 """
 _MARK = "\n\x1eRESULT"
+#: The first lines of every other runner (``Sandbox.run_reduced``): the same task cap.
+_TASK_CAP = "import resource\nresource.setrlimit(resource.RLIMIT_NPROC, (%d, %d))\n"
 
 
 class SandboxUnavailableError(DPrivacyError):
@@ -234,8 +237,9 @@ class Sandbox:
                     "rather than run unsandboxed (user namespaces may be disabled)"
                 )
 
-    def command(self, seccomp_fd: int | None = None) -> list[str]:
-        """The ``bwrap`` command line (``seccomp_fd``: the descriptor the filter is read from)."""
+    def command(self, seccomp_fd: int | None = None, runner: str | None = None) -> list[str]:
+        """The ``bwrap`` command line (``seccomp_fd``: the descriptor the filter is read from;
+        ``runner``: the Python source the interpreter runs)."""
         cmd = [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--as-pid-1",
                "--uid", str(INSIDE_ID), "--gid", str(INSIDE_ID), "--cap-drop", "ALL",
                "--die-with-parent", "--new-session", "--clearenv",
@@ -253,7 +257,11 @@ class Sandbox:
         cmd += ["--dev", "/dev", "--remount-ro", "/dev", "--chdir", "/", "--remount-ro", "/"]
         if seccomp_fd is not None:
             cmd += ["--seccomp", str(seccomp_fd)]
-        return cmd + [self.python, "-I", "-S", "-c", _RUNNER % (MAX_TASKS, MAX_TASKS)]
+        if runner is None:
+            runner = _RUNNER % (MAX_TASKS, MAX_TASKS)
+        else:  # the same task cap, set inside the sandbox's own user namespace, first
+            runner = _TASK_CAP % (MAX_TASKS, MAX_TASKS) + runner
+        return cmd + [self.python, "-I", "-S", "-c", runner]
 
     def run(self, code: str, entry: str, args: list[Any], *, time_limit: float,
             memory_mb: int = 256, pad: bool | None = None) -> Outcome:
@@ -300,7 +308,38 @@ class Sandbox:
                     time.sleep(left)
         return out
 
-    def _exec(self, payload: str, time_limit: float, memory_mb: int) -> Outcome:
+    def run_reduced(self, code: str, entry: str, args: list[Any], spec: dict[str, Any], *,
+                    time_limit: float, memory_mb: int = 256) -> Outcome:
+        """Run ``entry(*args)`` and reduce its result to T's input domain inside the sandbox.
+
+        ``spec`` is :func:`dprivacy.local.device.reduce.domain_spec` of T. The value is
+        ``Outcome(True, index)`` with the row index (matrix randomiser) or index vector (product
+        randomiser) of the element ``entry`` returned, and ``ok=False`` when it returned anything
+        else, failed or ran out of time. The agent reads at most
+        :func:`dprivacy.local.device.reduce.record_size` bytes of the sandbox's output, so its
+        own work does not depend on what ``entry`` returned. Never pads (the agent schedules
+        the whole step).
+        """
+        if not isinstance(code, str) or not isinstance(entry, str):
+            raise ValidationError("sandboxed code and entry point must be strings")
+        if not (isinstance(time_limit, (int, float)) and 0 < time_limit <= 3600):
+            raise ValidationError(f"time_limit = {time_limit!r}: expected seconds in (0, 3600]")
+        if not (isinstance(memory_mb, int) and 16 <= memory_mb <= 1 << 16):
+            raise ValidationError(f"memory_mb = {memory_mb!r}: expected an integer in [16, 65536]")
+        try:
+            payload = json.dumps({"code": code, "entry": entry, "args": args, "spec": spec},
+                                 allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ValidationError(f"sandbox arguments are not JSON: {exc}") from exc
+        out = self._exec(payload, time_limit, memory_mb, runner=REDUCER, read=record_size(spec))
+        if not out.ok:
+            return out
+        got = decode(out.value, spec)
+        return Outcome(False, reason="not an element of T's domain") if got is None else \
+            Outcome(True, got)
+
+    def _exec(self, payload: str, time_limit: float, memory_mb: int, *, runner: str | None = None,
+              read: int | None = None) -> Outcome:
         cpu = max(1, int(time_limit) + 1)
         ids: dict[str, Any] = {}
         if self.drop_root:  # a fresh unprivileged uid/gid: the call owns nothing on the device
@@ -315,8 +354,8 @@ class Sandbox:
                 os.close(wfd)
                 wfd = -1
                 proc = subprocess.Popen(
-                    self.command(rfd), stdin=fin, stdout=fout, stderr=subprocess.DEVNULL, env={},
-                    preexec_fn=_limits(memory_mb << 20, cpu),
+                    self.command(rfd, runner), stdin=fin, stdout=fout, stderr=subprocess.DEVNULL,
+                    env={}, preexec_fn=_limits(memory_mb << 20, cpu),
                     start_new_session=True, close_fds=True, pass_fds=(rfd,), **ids,
                 )
             except OSError as exc:
@@ -336,7 +375,9 @@ class Sandbox:
             if rc != 0:
                 return Outcome(False, reason=f"exit status {rc}")
             fout.seek(0)
-            raw = fout.read(MAX_OUTPUT + 1)
+            raw = fout.read(MAX_OUTPUT + 1 if read is None else read + 1)
+        if read is not None:
+            return Outcome(True, raw)
         text = raw.decode("utf-8", errors="replace")
         k = text.rfind(_MARK)
         if k < 0:

@@ -304,15 +304,21 @@ class Ledger(BudgetLedger):
     def charge(
         self, ids: Any, costs: Any, *, assume_unique: bool = False, label: str | None = None,
         all_or_nothing: bool = False, key: str | None = None,
+        named_prefixes: tuple[str, ...] = (),
     ) -> Charge:
         """See :meth:`BudgetLedger.charge`. ``label`` is logged with the query.
         ``all_or_nothing``: if any record cannot pay, roll back and charge (and log) nothing;
         the returned mask is then all False and ``query_id`` None (PINQ's global budgets).
         ``key``: charge at most once per key. The key is recorded in the same transaction as the
         charge, so a key charged before (by any process, before any restart) charges nothing and
-        returns ``repeated=True``; a refused charge records no key. See :meth:`keyed`."""
+        returns ``repeated=True``; a refused charge records no key. See :meth:`keyed`.
+        ``named_prefixes``: also charge every named budget (:meth:`named_record`) whose name
+        starts with one of these, as found *inside* the transaction (``costs`` is then one
+        number for all); the returned mask covers ``ids`` followed by those budgets."""
         a = ids_array(ids)
         c = cost_units(costs, a.size)
+        if named_prefixes and np.ndim(costs) != 0:
+            raise ValidationError("named_prefixes needs one cost for every budget charged")
         if key is not None and (not isinstance(key, str) or not key):
             raise ValidationError(f"charge key = {key!r}: expected a non-empty string")
         db = self._db()
@@ -323,6 +329,17 @@ class Ledger(BudgetLedger):
                 if row is not None:
                     db.execute("ROLLBACK")
                     return Charge(np.zeros(a.size, dtype=bool), int(row[0]), repeated=True)
+            if named_prefixes:
+                extra: list[int] = []
+                for pre in named_prefixes:
+                    extra += [int(v) for (v,) in db.execute(
+                        "SELECT value FROM meta WHERE substr(key, 1, ?) = ?",
+                        (len(pre) + 5, f"name:{pre}"))]
+                known = set(a.tolist())
+                more = [i for i in dict.fromkeys(extra) if i not in known]
+                a = np.concatenate([a, np.asarray(more, dtype=np.int64)])
+                c = np.concatenate([c, np.full(len(more), c[0] if c.size else
+                                               cost_units(costs, 1)[0], dtype=c.dtype)])
             db.execute("DELETE FROM temp.req")
             try:
                 db.executemany("INSERT INTO temp.req VALUES (?,?)", zip(a.tolist(), c.tolist(), strict=True))

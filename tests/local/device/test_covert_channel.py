@@ -70,13 +70,14 @@ def test_the_device_runs_only_pre_and_replies_t_output(shared_file: str,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     sb = make_sandbox(pad=False)
     entries: list[str] = []
-    run = sb.run
+    run = sb.run_reduced
 
-    def recording_run(code: str, entry: str, args: list, **kw):  # noqa: ANN202
+    def recording_run(code: str, entry: str, args: list, spec: dict, **kw):  # noqa: ANN202
         entries.append(entry)
-        return run(code, entry, args, **kw)
+        return run(code, entry, args, spec, **kw)
 
-    monkeypatch.setattr(sb, "run", recording_run)
+    monkeypatch.setattr(sb, "run_reduced", recording_run)
+    monkeypatch.setattr(sb, "run", None)  # the agent runs analyst code only through run_reduced
     T = MatrixRandomiser(rr_matrix(1.0, 2), inputs=["a", "b"], outputs=["a", "b"])  # noqa: N806
     q = Query("pin", T, Code.source(PRE), Code.source(POST, entry="post"), fields=("pin",), t=5.0,
               params={"file": shared_file})
