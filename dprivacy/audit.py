@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.stats import beta as beta_dist
 
 from dprivacy.accounting import Accountant
 from dprivacy.errors import ValidationError
@@ -60,6 +59,8 @@ class AuditResult:
 
 def clopper_pearson(k: int, n: int, alpha: float) -> tuple[float, float]:
     """One-sided Clopper-Pearson bounds (lower, upper) on a binomial p, each at level alpha."""
+    from scipy.stats import beta as beta_dist  # scipy.stats is slow to import; load on use
+
     lo = 0.0 if k == 0 else float(beta_dist.ppf(alpha, k, n - k + 1))
     hi = 1.0 if k == n else float(beta_dist.ppf(1 - alpha, k + 1, n - k))
     return lo, hi

@@ -49,6 +49,7 @@ from dprivacy.mechanisms.strategy import (
     strategy_from_json,
     strategy_to_json,
 )
+from dprivacy.universe import universe_difference
 from dprivacy.workload import Workload
 
 if TYPE_CHECKING:
@@ -89,7 +90,8 @@ def _identity_parts(universe: Universe, metric: Metric, workload: Workload | Imp
     legacy = encoding == LEGACY_ENCODING
     return {
         "universe": lambda: {"N": universe.N, "fingerprint": universe.legacy_fingerprint_v1()
-                             if legacy else universe.fingerprint()},
+                             if legacy else universe.fingerprint(),
+                             "parts": universe.identity_parts()},
         "metric": lambda: {"name": metric.name, **_metric_params(metric),
                            "fingerprint": metric.legacy_fingerprint_v1(universe) if legacy
                            else metric.fingerprint(universe)},
@@ -342,6 +344,13 @@ class MechanismConfig:
                 have = to_json(build())
             for k in keys[part]:
                 a, b = want.get(k), have.get(k)
+                wanted, given = want.get("parts"), have.get("parts")
+                if a != b and isinstance(wanted, dict) and isinstance(given, dict):
+                    what = universe_difference({"N": want.get("N"), **wanted},
+                                               {"N": have.get("N"), **given})
+                    raise ConfigMismatchError(
+                        f"the config was made for another universe ({what}); load it with the "
+                        "universe it was exported for")
                 if a != b:
                     raise ConfigMismatchError(
                         f"the config was made for another {part}: its {k} is {_short(a)} but the "

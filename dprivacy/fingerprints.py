@@ -30,11 +30,13 @@ import json
 import math
 import struct
 from collections.abc import Iterable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
-import pandas as pd
 import scipy.sparse as sp
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Name of the byte-stream encoding written into configs.
 ENCODING = "dprivacy-fp-2"
@@ -50,6 +52,8 @@ _MISSING = b"M" + bytes(8)
 
 
 def _value_bytes(v: Any) -> bytes:
+    import pandas as pd
+
     if v is None or v is pd.NA or v is pd.NaT:
         return _MISSING
     if isinstance(v, (bool, np.bool_)):
@@ -77,6 +81,8 @@ def _numeric_bytes(a: np.ndarray) -> bytes:
 
 def values_bytes(values: Iterable[Any] | np.ndarray | pd.Series) -> bytes:
     """The canonical byte stream of a sequence of scalars (see the module doc)."""
+    import pandas as pd
+
     if isinstance(values, pd.Series):
         kind = values.dtype.kind
         if kind in "iuf" and not isinstance(values.dtype, pd.CategoricalDtype):

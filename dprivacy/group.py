@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-import ot
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
@@ -101,6 +100,8 @@ def group_privacy_loss(x, x_prime, universe: Universe, metric: Metric) -> float:
                 "metric's shortest-path closure"
             )
         d_sup = demand[d_idx] * (s_mass / d_mass)  # equal mass to the last bit, as POT requires
+        import ot  # POT (and networkx through it) load only when a transport is solved
+
         value, log = ot.emd2(supply[s_idx], d_sup, np.ascontiguousarray(cost, dtype=float),
                              numItermax=_MAX_ITER, log=True)
         if log["result_code"] != 1:

@@ -13,13 +13,15 @@ import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import pandas as pd
 
 from dprivacy.errors import ShapeError, UnknownRecordError, ValidationError
 from dprivacy.fingerprints import Hasher, canonical_json, values_bytes
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 OnUnknown = Literal["raise", "drop"]
 
@@ -53,6 +55,8 @@ class Universe:
     domains: Mapping[str, tuple] | None = field(default=None)
 
     def __post_init__(self) -> None:
+        import pandas as pd
+
         if not isinstance(self.elements, pd.DataFrame):
             raise ValidationError("Universe.elements must be a pandas DataFrame")
         if len(self.elements) == 0:
@@ -123,6 +127,8 @@ class Universe:
         >>> U.N
         2
         """
+        import pandas as pd
+
         c = np.asarray(coords, dtype=float)
         if c.ndim == 1:
             c = c[:, None]
@@ -172,6 +178,8 @@ class Universe:
         Elements are ordered lexicographically in the order the domains are given (the first
         attribute varies slowest), as in the paper's Example 1 (MYA, MYB, MNA, ...).
         """
+        import pandas as pd
+
         if not domains:
             raise ValidationError("from_domains needs at least one attribute")
         doms = {}
@@ -230,6 +238,26 @@ class Universe:
             self.__dict__["_fingerprint"] = cached
         return cached
 
+    def identity_parts(self) -> dict:
+        """What a config records of this universe besides its fingerprint, so that a config
+        refused for another universe can say what differs (:func:`universe_difference`): the key
+        columns, the first labels, and sha256 digests of the labels and the coordinates, each
+        in universe order and as a set (order-free)."""
+        labels = self.labels()
+        h_lab = Hasher("labels").add(canonical_json(labels)).hexdigest()
+        h_set = Hasher("label-set").add(canonical_json(sorted(labels))).hexdigest()
+        out: dict = {"key_columns": list(self.key_columns), "first_labels": labels[:3],
+                     "labels_sha256": h_lab, "label_set_sha256": h_set,
+                     "coords_sha256": None, "coord_set_sha256": None}
+        if self.coords is not None:
+            c = np.ascontiguousarray(self.coords, dtype="<f8")
+            rows = c[np.lexsort(c.T[::-1])] if c.shape[1] else c
+            out["coords_sha256"] = Hasher("coords").add(canonical_json(list(c.shape))).add(
+                c.tobytes()).hexdigest()
+            out["coord_set_sha256"] = Hasher("coord-set").add(canonical_json(list(c.shape))).add(
+                np.ascontiguousarray(rows).tobytes()).hexdigest()
+        return out
+
     def column_fingerprint(self, columns: Sequence[str]) -> str:
         """Canonical sha256 of the values of ``columns`` (e.g. a budget column a metric reads)."""
         h = Hasher("columns")
@@ -250,6 +278,8 @@ class Universe:
 
     # ---------------------------------------------------------------- histograms
     def _index(self) -> pd.Index:
+        import pandas as pd
+
         keys = self.elements[list(self.key_columns)]
         if len(self.key_columns) == 1:
             return pd.Index(keys.iloc[:, 0])
@@ -261,6 +291,8 @@ class Universe:
         Raises :class:`UnknownRecordError` naming how many records are unknown and showing the
         first few, unless ``on_unknown="drop"``.
         """
+        import pandas as pd
+
         if on_unknown not in ("raise", "drop"):
             raise ValidationError(f"on_unknown must be 'raise' or 'drop', got {on_unknown!r}")
         if not isinstance(records, pd.DataFrame):
@@ -297,6 +329,37 @@ class Universe:
     def check_histogram(self, x: np.ndarray) -> np.ndarray:
         """Validate a histogram for this universe: shape (N,), finite, non-negative."""
         return check_histogram(x, self.N)
+
+
+def universe_difference(want: Mapping, have: Mapping) -> str:
+    """What differs between two universes described by ``{"N": ..., **identity_parts()}``:
+    size, key columns, order, labels and coordinates, as one readable sentence."""
+    out = []
+    if want.get("N") != have.get("N"):
+        out.append(f"size: {want.get('N')} elements in the config, {have.get('N')} given")
+    if want.get("key_columns") != have.get("key_columns"):
+        out.append(f"key columns: {want.get('key_columns')} in the config, "
+                   f"{have.get('key_columns')} given")
+    same_set = want.get("label_set_sha256") == have.get("label_set_sha256")
+    if want.get("labels_sha256") != have.get("labels_sha256"):
+        if same_set:
+            out.append("order: the same element labels in another order")
+        else:
+            out.append(f"labels: the config's begin {want.get('first_labels')}, the given "
+                       f"universe's {have.get('first_labels')}")
+    if want.get("coords_sha256") != have.get("coords_sha256"):
+        if want.get("coords_sha256") is None or have.get("coords_sha256") is None:
+            out.append("coordinates: " + ("the config's universe has none" if
+                                          want.get("coords_sha256") is None
+                                          else "the given universe has none"))
+        elif want.get("coord_set_sha256") == have.get("coord_set_sha256"):
+            if same_set and want.get("labels_sha256") == have.get("labels_sha256"):
+                out.append("coordinates: the same points attached to other elements")
+            elif not any(x.startswith("order") for x in out):
+                out.append("order: the same coordinates in another order")
+        else:
+            out.append("coordinates: other values")
+    return "; ".join(out) or "the element values differ (same labels and coordinates)"
 
 
 def _read_only(df: pd.DataFrame) -> None:

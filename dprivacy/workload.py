@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -152,6 +153,43 @@ class Workload:
 
     def query_names(self) -> list[str]:
         return list(self.names) if self.names is not None else [f"q{k}" for k in range(self.m)]
+
+    def to_csv(self, path: str | os.PathLike, universe: Universe | None = None) -> None:
+        """Write the queries as the command line reads them (``--queries FILE.csv``).
+
+        One row per query: its name, then one coefficient per element in universe order, each
+        written exactly (17 significant digits, so the file reads back to the same F and the
+        same fingerprint; a config made from this workload loads with the file). The header row
+        is ``query`` and the universe's element labels (the command line then checks the
+        columns against ``--universe``), or ``e0, e1, ...`` without a universe. Rows are written
+        one at a time, so a sparse F is never made dense as a whole.
+
+        >>> import tempfile, os
+        >>> W = Workload([[1.0, 0.5, 0.0]], names=("first_two",))
+        >>> path = os.path.join(tempfile.mkdtemp(), "q.csv")
+        >>> W.to_csv(path)
+        >>> open(path).read().splitlines()
+        ['query,e0,e1,e2', 'first_two,1,0.5,0']
+        """
+        import csv
+
+        if universe is not None:
+            self.check_universe(universe)
+            labels = universe.labels()
+        else:
+            labels = [f"e{i}" for i in range(self.N)]
+        names = self.query_names()
+        num = [n for n in names if _looks_numeric(n)]
+        if num:
+            raise ValidationError(f"query name {num[0]!r} looks like a number; the command line "
+                                  "reads a numeric first column as coefficients: rename it")
+        F = self.F.tocsr() if sp.issparse(self.F) else np.asarray(self.F)
+        with open(path, "w", newline="", encoding="utf-8") as fh:
+            out = csv.writer(fh, lineterminator="\n")
+            out.writerow(["query", *labels])
+            for k in range(self.m):
+                row = F[k].toarray().ravel() if sp.issparse(F) else F[k]
+                out.writerow([names[k], *(f"{v:.17g}" for v in row.tolist())])
 
     def check_universe(self, universe: Universe) -> None:
         """Raise :class:`ShapeError` unless F has one column per element of ``universe``."""
@@ -316,6 +354,14 @@ def _cached_sensitivity(workload: Workload, memory_bytes: int) -> float:
         cache.clear()
         cache[key] = l1_diameter(F, memory_bytes=memory_bytes)
     return float(cache[key])
+
+
+def _looks_numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _check_mn(m: int, N: int) -> None:  # noqa: N803

@@ -19,23 +19,34 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from solvers.bcd import bcd, shrinkage
-from solvers.closed_form import closed_form
 from solvers.constraints import ConstraintSet, ScanResult, as_query_matrix  # noqa: F401 (public)
-from solvers.convex import exact
 from solvers.errors import InfeasibleError, SolverError
-from solvers.joint import joint
 from solvers.operand import as_operand
 from solvers.result import SolverResult
-from solvers.strategies import budget_sharing, equal_split, uniform
-from solvers.synthetic import mwem_params, smalldb_params
 from solvers.verify import finalize, objective
 
+if TYPE_CHECKING:
+    from solvers.bcd import shrinkage
+    from solvers.synthetic import mwem_params, smalldb_params
+
 logger = logging.getLogger(__name__)
+
+#: Names whose modules load a heavy library (cvxpy, scipy.optimize): imported on first use, so
+#: ``import solvers`` (and ``import dprivacy``) stays fast.
+_LAZY = {"shrinkage": "solvers.bcd", "mwem_params": "solvers.synthetic",
+         "smalldb_params": "solvers.synthetic"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'solvers' has no attribute {name!r}")
 
 METHODS = ("closed_form", "equal_split", "uniform", "budget_sharing", "bcd", "exact")
 LOSSES = ("squared", "absolute", "max", "log")
@@ -49,7 +60,7 @@ __all__ = [
 def design(F: object, constraints: ConstraintSet, method: str = "exact", loss: str = "squared",
            n: float | None = None, *, memory_bytes: int = 2**30, tol: float = 1e-9,
            max_rounds: int | None = None, progress: bool = False,
-           engine: object | None = None) -> SolverResult:
+           engine: object | None = None, working_set_bytes: int | None = None) -> SolverResult:
     """Choose (w, beta) for the workload F (m, N) under the pair constraints (problem (6)).
 
     Parameters
@@ -67,6 +78,9 @@ def design(F: object, constraints: ConstraintSet, method: str = "exact", loss: s
         "max"/"log" "exact" keeps w = 1 (the paper's strategies and the closed form too).
     memory_bytes : work-array budget of the blocked scans. tol : max relative violation at
         which constraint generation stops. max_rounds : round limit (method specific).
+    working_set_bytes : "exact" and "bcd" refuse at once (SolverError naming the strategy
+        route) when their first working set of constraint rows would exceed this many bytes
+        (default :data:`solvers.convex.WORKING_SET_BYTES`, 4 GiB).
     engine : run full scans on it (:class:`solvers.distributed.LocalProcesses`,
         :class:`solvers.distributed.DaskEngine`); scans with a geometric index stay local.
 
@@ -88,7 +102,15 @@ def design(F: object, constraints: ConstraintSet, method: str = "exact", loss: s
         raise SolverError(f"constraints must be a ConstraintSet, got {type(constraints).__name__}")
     if n is not None and (not np.isfinite(n) or n <= 0):
         raise SolverError(f"n must be a positive number of records, got {n}")
+    from solvers.bcd import bcd, shrinkage
+    from solvers.closed_form import closed_form
+    from solvers.convex import WORKING_SET_BYTES, check_working_set, exact
+    from solvers.joint import joint
+    from solvers.strategies import budget_sharing, equal_split, uniform
+
     A = as_operand(F, constraints.N)
+    if method in ("exact", "bcd"):
+        check_working_set(A.shape[0], constraints, working_set_bytes or WORKING_SET_BYTES)
     if engine is not None:
         constraints = constraints.with_engine(engine)
     before = constraints.stats.snapshot()

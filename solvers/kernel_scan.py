@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.spatial.distance import cdist
 
 from solvers.operand import take, take_range
 from solvers.scan_types import PairBudgets, TopK, safe_ratio
@@ -135,6 +134,8 @@ def _loss(Fb: np.ndarray, rows: int, u: np.ndarray, agg: str) -> np.ndarray:
         return np.zeros((rows, Fb.shape[1]))
     X, w = Fb[live].T, u[live]
     if agg == "sum":
+        from scipy.spatial.distance import cdist  # slow import: on use
+
         return cdist(X[:rows], X, "cityblock", w=w)
     out = np.zeros((rows, Fb.shape[1]))
     for k in range(X.shape[1]):
@@ -241,4 +242,6 @@ def l1_diameter(F: np.ndarray | sp.spmatrix | sp.sparray, *, max_signs: int = 2*
         return float(np.max(hi - lo))
     X = (sp.csc_array(F).toarray() if sp.issparse(F) else np.asarray(F, dtype=float)).T
     rows = max(1, int(memory_bytes) // (8 * N * 2))
+    from scipy.spatial.distance import cdist
+
     return max(float(cdist(X[s:s + rows], X, "cityblock").max()) for s in range(0, N, rows))

@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.spatial import cKDTree
 
 from solvers.operand import segment_minmax, take
 from solvers.scan_types import ScanResult, TopK, safe_ratio
@@ -117,6 +116,8 @@ class GeometricIndex:
                 e = np.zeros(0, np.int64)
                 self._nn = (e, e)
             else:
+                from scipy.spatial import cKDTree  # slow import: on use
+
                 nb = np.asarray(cKDTree(self.points).query(self.points, k=kk)[1])
                 i = np.repeat(np.arange(N), kk - 1)
                 j = nb[:, 1:].ravel().astype(np.int64)
@@ -383,6 +384,8 @@ def min_positive_eps(index: GeometricIndex, pair_eps: PairEps) -> float:
     uniq, first = np.unique(P, axis=0, return_index=True)
     if uniq.shape[0] < 2:
         return float("inf")
+    from scipy.spatial import cKDTree
+
     tree = cKDTree(uniq)
     nb = np.asarray(tree.query(uniq, k=2)[1])
     i, j = first, first[nb[:, 1]]

@@ -27,6 +27,48 @@ def test_import_does_not_load_plotting_or_engines(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
 
 
+#: Libraries that take a large share of a second to import; the command line's --help and the
+#: core objects (universes, workloads, metrics, the design entry point) must not load them.
+SLOW_LIBRARIES = ("cvxpy", "scipy.optimize", "scipy.stats", "ot", "networkx", "matplotlib")
+
+
+def _import_report(code: str, tmp_path: Path) -> tuple[list[str], float]:
+    """(slow libraries in sys.modules, cumulative -X importtime of the top module in s) after code."""
+    probe = (code + "\nimport sys\n"
+             f"print(','.join(m for m in {SLOW_LIBRARIES!r} if m in sys.modules))\n")
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)}
+    res = subprocess.run([sys.executable, "-X", "importtime", "-c", probe], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    total = 0
+    for line in res.stderr.splitlines():  # "import time: self | cumulative | name", top level
+        parts = line.split("|")
+        if len(parts) == 3 and parts[2].rstrip() == parts[2].strip() and not parts[2].startswith("  "):
+            total += int(parts[1])
+    loaded = [m for m in res.stdout.strip().split(",") if m]
+    return loaded, total / 1e6
+
+
+def test_import_and_help_stay_light(tmp_path: Path) -> None:
+    """``import dprivacy``, the core objects and the command line's parser load no slow library.
+
+    The time bound is generous (the machine may be loaded); the module check is the strict part:
+    cvxpy, scipy.optimize/stats and POT load only where a solver or a transport problem runs.
+    """
+    loaded, seconds = _import_report("import dprivacy", tmp_path)
+    assert loaded == [] and seconds < 0.5, (loaded, seconds)
+    loaded, seconds = _import_report(
+        "import dprivacy as dp\n"
+        "dp.Universe, dp.Workload, dp.metrics.Euclidean, dp.design, dp.MechanismConfig\n"
+        "from dprivacy.cli import build_parser\nbuild_parser()", tmp_path)
+    assert loaded == [], loaded
+    assert seconds < 2.0, seconds
+    res = subprocess.run([sys.executable, "-m", "dprivacy", "--help"], cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)},
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and "design" in res.stdout, res.stderr
+
+
 def test_one_version_source() -> None:
     from dprivacy._version import __version__
 

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from dprivacy.cli.common import add_inputs, budget_arg, guard, inputs_from, nonneg_int
 from dprivacy.cli.configs import load_config
@@ -114,6 +113,8 @@ def _open_budget(args: argparse.Namespace, metric_fingerprint: str) -> Any:
 
 
 def cmd_release(args: argparse.Namespace) -> int:
+    import pandas as pd
+
     out = check_out(args.out, "--out", [args.records, args.universe, args.queries, args.config])
     if args.ledger is None:
         raise UsageError("release needs --ledger PATH (and --budget K the first time): every "

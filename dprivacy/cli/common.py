@@ -7,9 +7,9 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from dprivacy.cli.exits import (
     BudgetError,
@@ -31,6 +31,9 @@ from dprivacy.errors import (
 from dprivacy.metrics.base import Metric
 from dprivacy.universe import Universe
 from dprivacy.workload import Workload
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Library and parser failures that mean "this input is wrong" when raised while reading it.
 INPUT_FAILURES = (DPrivacyError, ValueError, TypeError, KeyError, IndexError, OverflowError,

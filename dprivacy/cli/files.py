@@ -15,13 +15,15 @@ import os
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from dprivacy._atomic import atomic_write_text
 from dprivacy.cli.exits import InputError, UsageError, one_line
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Files larger than this are refused (a typo such as a disk image for a CSV would exhaust memory).
 MAX_BYTES = 1 << 30
@@ -94,6 +96,8 @@ def read_csv(path: str | os.PathLike, flag: str, *, header: bool = True) -> pd.D
     No type guessing (callers convert columns), every row must have as many fields as the first,
     blank lines are skipped. ``header=False`` reads every line as data (columns 0, 1, ...).
     """
+    import pandas as pd
+
     text = read_text(path, flag)
     where = _where(flag, path)
     reader = csv.reader(io.StringIO(text, newline=""))
@@ -137,6 +141,8 @@ def read_csv(path: str | os.PathLike, flag: str, *, header: bool = True) -> pd.D
 
 def to_numbers(col: pd.Series, what: str, where: str) -> np.ndarray:
     """A column of strings as finite floats, or an error naming the first bad row (file line)."""
+    import pandas as pd
+
     num = pd.to_numeric(col, errors="coerce").to_numpy(dtype=float)
     bad = ~np.isfinite(num)
     if bad.any():

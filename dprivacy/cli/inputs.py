@@ -9,14 +9,18 @@ numeric; key values are compared as the text written in the files.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from dprivacy.cli.exits import InputError, UsageError
 from dprivacy.cli.files import _line, read_csv, read_npy, to_numbers
 from dprivacy.cli.params import MetricSpec
 from dprivacy.universe import Universe
 from dprivacy.workload import Workload
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 BUILTIN = ("builtin:us_cities", "builtin:us_cities:STATES (e.g. :CA,NV)", "builtin:us_cities:top=N",
            "builtin:example1")
@@ -182,6 +186,8 @@ def _parse_query_table(raw: pd.DataFrame, where: str, labels: list[str] | None
     line, when it is text followed by numbers). Line 1 is a header when its other cells are all
     text, or are exactly the universe's element labels (numeric labels such as zip codes too).
     """
+    import pandas as pd
+
     num = raw.apply(pd.to_numeric, errors="coerce")
     text = raw.to_numpy(dtype=str)
     nonnum = num.isna().to_numpy() & (text != "")
@@ -277,6 +283,8 @@ def _reorder(F: np.ndarray, header: list[str], U: Universe, where: str) -> np.nd
 def histogram(U: Universe, records: pd.DataFrame, where: str,  # noqa: N803
               count_column: str | None = None) -> np.ndarray:
     """Counts per element of the records' key columns (compared as text)."""
+    import pandas as pd
+
     keys = list(U.key_columns)
     missing = [c for c in keys + ([count_column] if count_column else []) if c not in records]
     if missing:

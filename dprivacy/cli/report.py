@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from dprivacy.design import Design, improvement_factor
 from dprivacy.metrics.base import Metric
 from dprivacy.universe import Universe
 from dprivacy.workload import Workload
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def design_table(W: Workload, U: Universe, M: Metric, d: Design) -> pd.DataFrame:  # noqa: N803
@@ -27,6 +31,8 @@ def design_table(W: Workload, U: Universe, M: Metric, d: Design) -> pd.DataFrame
     >>> list(t.columns)[:4]
     ['query', 'range', 'baseline_noise', 'designed_noise']
     """
+    import pandas as pd
+
     eps_min, dF = M.eps_min(U), W.sensitivity()
     per = np.asarray(improvement_factor(W, U, M, d, per_query=True), dtype=float)
     cs = M.constraint_set(U)

@@ -34,6 +34,7 @@ from solvers.errors import SolverError
 from solvers.strategy.basis import Mat, is_sparse
 from solvers.strategy.estimate import estimate_map
 from solvers.strategy.implicit import basis_gram
+from solvers.strategy.objective import gram
 
 if TYPE_CHECKING:
     from dprivacy.accounting import Accountant
@@ -128,15 +129,26 @@ def _frozen(C: Mat) -> Mat:
 
 #: variance of one strategy row's noise: Lap(1) or N(0, 1)
 _ROW_VARIANCE = {"laplace": 2.0, "gaussian": 1.0}
+#: rows of F times X per batch of the per-query variances of an explicit workload (~32 MB)
+_BATCH_ENTRIES = 2**22
 
 
 def _variances(W: Workload | ImplicitWorkload, M: Mat | None, X: np.ndarray | None,
                v: float = 2.0) -> np.ndarray:
     if M is not None:
         return v * _sq(M)
-    assert isinstance(W, ImplicitWorkload) and X is not None
-    # a covariance's quadratic forms are >= 0: clip the rounding of exact zeros (the total)
-    return np.maximum(v * W.quadratic_diagonal(X @ X.T), 0.0)
+    assert X is not None
+    if isinstance(W, ImplicitWorkload):
+        # a covariance's quadratic forms are >= 0: clip the rounding of exact zeros (the total)
+        return np.maximum(v * W.quadratic_diagonal(X @ X.T), 0.0)
+    # diag(v F X X' F') a batch of queries at a time: memory follows the output (m), not m x p
+    F = sp.csr_array(W.F) if sp.issparse(W.F) else np.asarray(W.F)
+    out = np.empty(W.m)
+    step = max(1, _BATCH_ENTRIES // max(X.shape[1], 1))
+    for r in range(0, W.m, step):
+        B = np.asarray(F[r:r + step] @ X)
+        out[r:r + step] = np.sum(B * B, axis=1)
+    return v * out
 
 
 def _answers(W: Workload | ImplicitWorkload, M: Mat | None, o: np.ndarray | None,
@@ -145,8 +157,11 @@ def _answers(W: Workload | ImplicitWorkload, M: Mat | None, o: np.ndarray | None
     if M is not None:
         assert o is not None
         return np.asarray(M @ yv).ravel() + float(n) * o
-    assert isinstance(W, ImplicitWorkload) and X is not None and z is not None
-    return W.answer(X @ yv + float(n) * z)
+    assert X is not None and z is not None
+    x_hat = X @ yv + float(n) * z
+    if isinstance(W, ImplicitWorkload):
+        return W.answer(x_hat)
+    return np.asarray(W.F @ x_hat, dtype=np.float64).ravel()
 
 
 def _maps_for(W: Workload | ImplicitWorkload, C: Mat, basis: st.Basis
@@ -161,6 +176,13 @@ def _maps_for(W: Workload | ImplicitWorkload, C: Mat, basis: st.Basis
                                   "the strategy: it cannot be answered from the release")
         return None, None, X, z
     FK, f0 = basis.workload(W.F)
+    if not st.uses_answer_map(W.m, int(C.shape[0])):  # as for an implicit workload: no m x p map
+        G = call_solver(gram, FK, basis.kind == "identity")
+        X, z, share = call_solver(estimate_map, C, basis, G)
+        if share > 1e-9:
+            raise ValidationError(f"{share:.3g} of the workload lies outside the row space of "
+                                  "the strategy: it cannot be answered from the release")
+        return None, None, X, z
     M, o = call_solver(st.answer_map, C, FK, f0, basis.kind == "identity")
     return M, o, None, None
 

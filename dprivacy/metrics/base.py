@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy.sparse.csgraph import csgraph_from_dense, shortest_path
 
 from dprivacy.errors import MetricError, ShapeError, TriangleInequalityError, ValidationError
 from dprivacy.fingerprints import Hasher, canonical_json
@@ -41,6 +40,8 @@ def shortest_path_closure(eps: np.ndarray) -> np.ndarray:
     d-bar is the largest metric below ``eps``; +inf entries are non-edges and zero entries are
     kept as zero-weight edges.  Any mechanism that is d-bar-private is also eps-private.
     """
+    from scipy.sparse.csgraph import csgraph_from_dense, shortest_path  # slow import: on use
+
     graph = csgraph_from_dense(np.asarray(eps, dtype=float), null_value=np.inf)
     return shortest_path(graph, method="auto", directed=False)
 

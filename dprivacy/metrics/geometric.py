@@ -18,15 +18,13 @@ from typing import TYPE_CHECKING, Literal
 from weakref import WeakKeyDictionary
 
 import numpy as np
-from scipy.spatial.distance import cdist
 
 from dprivacy.errors import ValidationError
 from dprivacy.metrics.base import DENSE_LIMIT, Metric
 from dprivacy.universe import Universe
-from solvers.pruned import GeometricIndex
 
 if TYPE_CHECKING:
-    pass
+    from solvers.pruned import GeometricIndex
 
 #: Mean Earth radius (IUGG), km, for the spherical model.
 EARTH_RADIUS_KM = 6371.0088
@@ -129,6 +127,8 @@ class Euclidean(Metric):
 
     def block(self, universe: Universe, rows: np.ndarray) -> np.ndarray:
         c = _coords(universe, "Euclidean")
+        from scipy.spatial.distance import cdist
+
         return self.eps_per_unit * cdist(c[np.asarray(rows)], c)
 
     def _raw_budget(self, universe: Universe) -> np.ndarray:
@@ -148,6 +148,8 @@ class Euclidean(Metric):
     def geometric_index(self, universe: Universe) -> GeometricIndex:
         """eps_ij = eps_per_unit ||p_i - p_j|| >= eps_per_unit (1 - 1e-9) ||p_i - p_j||."""
         c = _coords(universe, "Euclidean")
+        from solvers.pruned import GeometricIndex
+
         return _cached_index(self, universe, lambda: GeometricIndex(
             c, float(self.eps_per_unit), rtol=1e-9, all_finite=True))
 
@@ -231,6 +233,8 @@ class Geodesic(Metric):
         rtol = 1e-9 and atol = 1 micrometre for the rounding of both computations."""
         self._check_universe(universe)
         c = _coords(universe, "Geodesic")
+        from solvers.pruned import GeometricIndex
+
         return _cached_index(self, universe, lambda: GeometricIndex(
             ecef_km(c, self.model), float(self.eps_per_km), rtol=_GEO_RTOL, atol=_GEO_ATOL_KM,
             all_finite=True))
@@ -277,6 +281,8 @@ class BlowfishThreshold(Metric):
 
     def _delta(self, universe: Universe, rows: np.ndarray) -> np.ndarray:
         c = _coords(universe, "BlowfishThreshold")
+        from scipy.spatial.distance import cdist
+
         return cdist(c[np.asarray(rows)], c)
 
     def edges(self, universe: Universe):

@@ -8,18 +8,22 @@ later processes read it instead of re-checking. The fingerprint is the content k
 
 **Who writes it, and why a forged file does not help.** Only the library writes a verdict, and
 only after verifying it. Every file carries an HMAC-SHA256 (RFC 2104) of its fingerprint, ratio,
-library version and format under a 32-byte secret drawn from the OS CSPRNG and kept in
-``<folder>/secret.key`` (created once, mode 0600). A file whose MAC does not verify (edited,
-copied from another fingerprint or another store, written by someone without the secret) is
-ignored: the design is verified again (and refused if it is not private), and the file is
-rewritten. So the store is as trustworthy as the secret: keep the folder private to the data
-owner's account. The store refuses a folder or secret that other users may write, or a secret
-that they may read (:class:`~dprivacy.errors.ValidationError` at :func:`use`). An analyst of the
-query service never touches the file system; code running inside the data owner's own process
-is trusted anyway (it could read the data).
+library version and format under a secret key of at least 32 bytes that the data owner keeps
+**apart from the entries**: a key file given to :func:`use` (``key=``; created once from the OS
+CSPRNG, mode 0600, if it does not exist) or named by the environment variable
+``DPRIVACY_VERDICT_KEY_FILE``, or the key's bytes themselves. A key file inside the store folder
+is refused, and no file of the folder is ever read as a key, so whoever can read (or write) the
+folder cannot sign an entry. A file whose MAC does not verify (edited, copied from another
+fingerprint or another store, signed with any other key) is ignored: the design is verified again
+(and refused if it is not private), and the file is rewritten. The store refuses a folder or key
+file that other users may write, or a key file that they may read
+(:class:`~dprivacy.errors.ValidationError` at :func:`use`). An analyst of the query service never
+touches the file system; code running inside the data owner's own process is trusted anyway (it
+could read the data).
 
-Enable it with :func:`use` (``use(None)`` turns it off) or the environment variable
-``DPRIVACY_VERDICT_STORE`` (a folder), read at the first release. Off by default.
+Enable it with :func:`use` (``use(None)`` turns it off) or the environment variables
+``DPRIVACY_VERDICT_STORE`` (a folder) and ``DPRIVACY_VERDICT_KEY_FILE`` (the key file, outside
+that folder), read at the first release. Off by default.
 """
 
 from __future__ import annotations
@@ -48,41 +52,80 @@ def _unsafe(mode: int, readable: bool) -> bool:
     return bool(mode & bad)
 
 
-def _open(folder: Path) -> bytes:
-    """Create the folder and its secret if needed; check their permissions; return the secret."""
+#: the shortest key accepted, in bytes (a new key file holds this many CSPRNG bytes)
+KEY_BYTES = 32
+
+
+def _check_folder(folder: Path) -> None:
+    """Create the store folder if needed and check that only this user may write it."""
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     st = folder.stat()
     if _unsafe(st.st_mode, readable=False) or (hasattr(os, "getuid") and st.st_uid != os.getuid()):
         raise ValidationError(f"verdict store {folder}: the folder must belong to this user and "
                               "be writable by nobody else (chmod 700)")
-    key = folder / "secret.key"
+
+
+def _key_file(path: Path, folder: Path) -> bytes:
+    """The key held in ``path`` (created if missing); refused inside the store folder."""
+    where, store = path.resolve(), folder.resolve()
+    if where == store or store in where.parents:
+        raise ValidationError(f"verdict store {folder}: the key file {path} is inside the store "
+                              "folder; keep it apart from the entries it signs (e.g. in the data "
+                              "owner's home folder), or anyone who can read the folder could "
+                              "sign a verdict")
     try:
-        fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         pass
+    except OSError as exc:
+        raise ValidationError(f"verdict store key {path}: cannot create it ({exc})") from None
     else:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(os.urandom(32))
+            fh.write(os.urandom(KEY_BYTES))
             fh.flush()
             os.fsync(fh.fileno())
-    st = key.stat()
-    if _unsafe(st.st_mode, readable=True):
-        raise ValidationError(f"verdict store {key}: the secret must be readable by this user "
-                              "only (chmod 600)")
-    secret = key.read_bytes()
-    if len(secret) != 32:
-        raise ValidationError(f"verdict store {key}: not a 32-byte secret; delete the folder")
+    st = path.stat()
+    if _unsafe(st.st_mode, readable=True) or (hasattr(os, "getuid") and st.st_uid != os.getuid()):
+        raise ValidationError(f"verdict store key {path}: the key file must belong to this user "
+                              "and be readable by this user only (chmod 600)")
+    secret = path.read_bytes()
+    if len(secret) < KEY_BYTES:
+        raise ValidationError(f"verdict store key {path}: shorter than {KEY_BYTES} bytes; delete "
+                              "it to have a new one made")
     return secret
 
 
-def use(path: str | os.PathLike | None) -> None:
-    """Keep verdicts in the folder ``path`` (created, 0700), or none with None."""
+def _secret(folder: Path, key: bytes | str | os.PathLike | None) -> bytes:
+    if key is None:
+        env = os.environ.get("DPRIVACY_VERDICT_KEY_FILE")
+        if not env:
+            raise ValidationError(
+                f"verdict store {folder}: give the key that signs its entries, kept apart from "
+                "them: use(folder, key='path/to/verdicts.key') or the environment variable "
+                "DPRIVACY_VERDICT_KEY_FILE (a file outside the folder; created if missing)")
+        key = env
+    if isinstance(key, (bytes, bytearray)):
+        if len(key) < KEY_BYTES:
+            raise ValidationError(f"verdict store: a key must have at least {KEY_BYTES} bytes")
+        return bytes(key)
+    return _key_file(Path(key), folder)
+
+
+def use(path: str | os.PathLike | None, key: bytes | str | os.PathLike | None = None) -> None:
+    """Keep verdicts in the folder ``path`` (created, 0700), or none with None.
+
+    ``key`` signs the entries and must live apart from them: a key file outside ``path``
+    (created with a fresh random key, mode 0600, if it does not exist) or the key's bytes (at
+    least 32). Default: the file named by ``DPRIVACY_VERDICT_KEY_FILE``; without either, a store
+    is refused (:class:`~dprivacy.errors.ValidationError`).
+    """
     with _LOCK:
         if path is None:
             _STATE.update(init=True, folder=None, secret=None)
             return
         p = Path(path)
-        secret = _open(p)
+        _check_folder(p)
+        secret = _secret(p, key)
         _STATE.update(init=True, folder=p, secret=secret)
 
 

@@ -29,7 +29,7 @@ from solvers.errors import SolverError
 from solvers.strategy.basis import Basis, Mat, is_sparse
 from solvers.strategy.bound import best_bound
 from solvers.strategy.constraint import PairSet, materialise, strategy_scan
-from solvers.strategy.estimate import estimate_map
+from solvers.strategy.estimate import estimate_error, estimate_map
 from solvers.strategy.few_queries import rowspace_strategy
 from solvers.strategy.grid import detect_grid, grid_strategy
 from solvers.strategy.implicit import basis_gram
@@ -45,7 +45,7 @@ from solvers.strategy.starts import (
 )
 
 __all__ = ["Basis", "StrategyResult", "answer_map", "choose_basis", "materialise",
-           "optimize_strategy", "strategy_scan"]
+           "optimize_strategy", "strategy_scan", "uses_answer_map"]
 
 STARTS = ("identity", "tree", "design", "hierarchical", "marginals", "rowspace", "grid", "blocks")
 #: The row-space start (A = M Q', :mod:`solvers.strategy.rowspace`) for workloads of at most
@@ -59,6 +59,16 @@ DENSE_LIMIT = 2048
 ALL_PAIRS_LIMIT = 150_000
 #: A start within this relative distance of the lower bound is not polished (nothing to gain).
 BOUND_RTOL = 1e-3
+#: An explicit workload gets the m x p answer map M (answers M y + n o) up to this many entries
+#: of M; beyond it, as for a Gram-only workload, the K x p estimate map (answers F x_hat, errors
+#: from the Gram matrix), so memory follows the output and never m x p (a strategy of p ~ m rows
+#: would make M an m x m matrix).
+ANSWER_MAP_ENTRIES = 2**23
+
+
+def uses_answer_map(m: int, p: int) -> bool:
+    """True when a workload of m queries answered from p measurements gets the answer map."""
+    return m * p <= ANSWER_MAP_ENTRIES
 
 
 @dataclass
@@ -235,6 +245,10 @@ def _optimize(F: Any, cs: ConstraintSet, u: np.ndarray | None, coords: np.ndarra
         if implicit:  # full-rank strategies only: every query of a Gram-only workload answered
             Cd = np.asarray(C.toarray() if is_sparse(C) else C, dtype=np.float64)
             return 2.0 * c * c * Objective(G_K(), centre).value(Cd)
+        assert Fm is not None
+        if not uses_answer_map(Fm.shape[0], C.shape[0]):
+            f, share = estimate_error(C / c, basis, G_K())
+            return 2.0 * f if share <= 1e-9 else float("inf")
         try:
             M, _ = answer_map(C / c, FK, f0, centre)
         except SolverError:
@@ -317,6 +331,13 @@ def _optimize(F: Any, cs: ConstraintSet, u: np.ndarray | None, coords: np.ndarra
         # every query answerable and the strategy of full rank (exact_score): 2 tr(G_K X_K^+)
         err = 2.0 * Objective(G_K(), centre).value(
             np.asarray(C.toarray() if is_sparse(C) else C, dtype=np.float64))
+    elif Fm is not None and not uses_answer_map(Fm.shape[0], C.shape[0]):  # F x_hat: no m x p
+        M = o = None
+        X, z, share = estimate_map(C, basis, G_K())
+        if share > 1e-9:
+            raise SolverError(f"{share:.3g} of the workload lies outside the row space of the "
+                              "strategy: it cannot be answered from the release")
+        err = 2.0 * estimate_error(C, basis, G_K())[0]
     else:
         M, o = answer_map(C, FK, f0, centre)
         err = 2.0 * float((M.multiply(M)).sum() if is_sparse(M) else np.sum(M * M))

@@ -29,7 +29,6 @@ import itertools
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.optimize import minimize
 
 from solvers.errors import SolverError
 
@@ -105,6 +104,8 @@ def best_weighted_marginals(domains: Sequence[int], order: int, eps: Sequence[fl
                             starts: int = 8, seed: int = 0) -> tuple[dict[Subset, float], float]:
     """The weighted-marginal strategy of least error (local search from several starts over the
     2^k - 1 weights; scale-free, so the result is exactly at the budget)."""
+    from scipy.optimize import minimize
+
     n = _check(domains, order)
     k = len(n)
     Ss = subsets(k)  # noqa: N806
@@ -207,6 +208,8 @@ def l2_bound(domains: Sequence[int], order: int, eps: Sequence[float],
     pairs of ||A b||_2^2 <= kappa eps_l^2.  kappa = C(n, 2) (factor 1) always holds; kappa =
     floor(n^2 / 4) is attained by a balanced cut and is the numerically observed maximum, not a
     proven one: a bound computed with it is conditional on that lemma."""
+    from scipy.optimize import minimize
+
     q, ld = _dual_terms(domains, order)
     e = np.asarray(eps, dtype=np.float64)
     k = q.shape[0]

@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable, Iterator
 
 import numpy as np
-from scipy.optimize import minimize
 
 from solvers.strategy.constraint import PairSet
 from solvers.strategy.objective import Objective
@@ -47,6 +46,8 @@ def polish(C0: np.ndarray, obj: Objective, active: PairSet, check: Check, *, rou
            ) -> tuple[np.ndarray, float, list[dict]]:
     """Polish C0; returns (best C scaled to c = 1, its exact scale-free error f, history with the
     error 2 f after each round).  No round starts, and L-BFGS stops, after ``deadline``."""
+    from scipy.optimize import minimize
+
     t_start = time.perf_counter()
     c0, new = check(C0)
     C = C0 / c0

@@ -31,7 +31,6 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import minimize
 
 from solvers.errors import SolverError
 
@@ -120,6 +119,8 @@ def polish_rows(rs: RowSpace, M: np.ndarray, *, maxiter: int = 300,
 
     The smoothed maximum runs over the ``active_top`` pairs with the largest ratios at the start
     of each round (all pairs when there are fewer); the exact error uses every pair."""
+    from scipy.optimize import minimize
+
     M = np.asarray(M, dtype=np.float64)
     M = M / rs.c(M)
     best_M, best = M.copy(), rs.score(M)

@@ -18,7 +18,6 @@ from collections.abc import Callable
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.optimize import minimize
 
 from solvers.strategy.basis import Basis, Mat, is_sparse
 
@@ -82,6 +81,8 @@ def marginal_start(codes: np.ndarray, score: Callable[[np.ndarray], float],
                    max_evals: int = 150) -> tuple[np.ndarray, dict[str, float]]:
     """Weighted marginals sum_S theta_S M_S with theta chosen to minimise ``score`` (the exact
     scale-free error c(A)^2 f(A) of the stacked strategy).  Returns (A, {subset: theta})."""
+    from scipy.optimize import minimize
+
     blocks = marginal_blocks(codes)
 
     def build(theta: np.ndarray) -> np.ndarray:

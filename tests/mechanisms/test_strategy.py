@@ -175,3 +175,31 @@ def test_audit_flags_a_strategy_scaled_twice_too_large():
     assert not r.violated
     r = audit(_Unchecked(W, _scaled(d, 2.0), U, M), x, 0, 1, samples=20000, rng=3)
     assert r.violated and r.eps_lower_bound > r.eps_ij == 1.0
+
+
+@pytest.mark.parametrize("name,U,M,kind", [c for c in _cases() if c[0] in ("euclid2d", "graph")],
+                         ids=["euclid2d", "graph"])
+def test_many_queries_take_the_estimate_route_with_the_same_answers(name, U, M, kind,
+                                                                    monkeypatch):
+    """Beyond the answer-map limit an explicit workload is answered as F x_hat (no m x p map):
+    the same errors, variances and answers as the answer map M y + n o."""
+    import solvers.strategy as st
+
+    W = _workload(kind, U, np.random.default_rng(5))
+    d = dp.design_strategy(W, U, M, rounds=1)
+    small_mech = dp.StrategyMechanism(W, d, universe=U, metric=M)
+    assert small_mech.M is not None
+    monkeypatch.setattr(st, "ANSWER_MAP_ENTRIES", 0)
+    big = dp.design_strategy(W, U, M, rounds=1)
+    assert big.M is None and big.X is not None
+    mech = dp.StrategyMechanism(W, d, universe=U, metric=M)
+    assert mech.M is None and mech.X is not None
+    assert mech.query_variances() == pytest.approx(small_mech.query_variances(), rel=1e-9)
+    assert all_pairs_ratio(big.strategy, M.budget(U)) <= 1 + 1e-9
+    assert big.expected_squared_error() == pytest.approx(known_total_error(W.dense(), big.strategy),
+                                                         rel=1e-6)
+    x = np.arange(U.N) % 4
+    for a, b in ((mech, small_mech),):
+        ya = a.release(x, rng=3, secure=False)
+        yb = b.release(x, rng=3, secure=False)
+        assert ya == pytest.approx(yb, rel=1e-9, abs=1e-9)
