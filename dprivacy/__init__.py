@@ -23,11 +23,13 @@ if TYPE_CHECKING:
     from dprivacy.audit import AuditResult, audit
     from dprivacy.config import MechanismConfig
     from dprivacy.design import LOSSES, METHODS, Design, design, improvement_factor
+    from dprivacy.gaussian_design import GaussianDesign
     from dprivacy.group import group_privacy_loss
     from dprivacy.implicit_workload import ImplicitWorkload
     from dprivacy.mechanisms import (
         DXMWEM,
         DXExponential,
+        DXGaussian,
         DXLaplace,
         DXSmallDB,
         Laplace,
@@ -48,6 +50,7 @@ _WHERE = {
     "design": "dprivacy.design", "improvement_factor": "dprivacy.design",
     "group_privacy_loss": "dprivacy.group", "ImplicitWorkload": "dprivacy.implicit_workload",
     "DXMWEM": "dprivacy.mechanisms", "DXExponential": "dprivacy.mechanisms",
+    "DXGaussian": "dprivacy.mechanisms", "GaussianDesign": "dprivacy.gaussian_design",
     "DXLaplace": "dprivacy.mechanisms", "DXSmallDB": "dprivacy.mechanisms",
     "Laplace": "dprivacy.mechanisms", "StrategyDesign": "dprivacy.mechanisms",
     "StrategyMechanism": "dprivacy.mechanisms", "design_strategy": "dprivacy.mechanisms",
@@ -58,7 +61,8 @@ __all__ = [
     "Accountant", "LOSSES", "METHODS", "AuditResult", "DXExponential", "DXLaplace", "DXMWEM", "DXSmallDB",
     "Design", "Laplace", "MechanismConfig", "Universe", "Workload", "audit", "data", "design",
     "__version__", "errors", "group_privacy_loss", "improvement_factor", "metrics", "noise",
-    "ImplicitWorkload", "StrategyDesign", "StrategyMechanism", "design_strategy",
+    "ImplicitWorkload", "StrategyDesign", "StrategyMechanism", "design_strategy", "DXGaussian",
+    "GaussianDesign",
 ]
 
 

@@ -25,6 +25,16 @@ Two stores:
 Privacy condition: the releases charged through one accountant are together
 (spent * d_X)-private, and spent <= total.
 
+**Two notions, one accountant.** ``Accountant(total=K)`` counts pure d_X-privacy in multiples of
+the metric; ``Accountant(rho=R)`` counts zCDP per unit of the metric (docs/theory.md, "Gaussian
+noise and metric zCDP"): a release is charged its rho and the releases together are
+(spent)-zCDP per unit of the metric (rho adds under composition). A zCDP accountant also takes
+pure releases: a release that is (alpha * d_X)-private is alpha-zCDP per unit of the metric
+(its Rényi divergences of every order are at most alpha * d_ij; docs/theory.md, "Pure releases in
+a zCDP budget"), so it is charged rho = alpha. A pure accountant refuses zCDP releases: zCDP
+gives no pure bound. Every mechanism charge names its unit (the fingerprint of the universe and
+metric it was verified against): a charge without one is refused, nothing charged.
+
 Examples
 --------
 >>> acc = Accountant(total=2.0)
@@ -53,7 +63,22 @@ from dprivacy.errors import BudgetExceededError, DPrivacyError, ValidationError
 if TYPE_CHECKING:
     from dprivacy.tables.budgets.ledger import Ledger
 
-__all__ = ["Accountant", "format_amount", "to_units"]
+__all__ = ["NOTIONS", "Accountant", "format_amount", "pure_to_zcdp", "to_units"]
+
+#: The privacy notions an accountant counts: pure d_X-privacy, or zCDP per unit of the metric.
+NOTIONS = ("pure", "zcdp")
+#: Prefix of the ledger records that hold zCDP release budgets (apart from the pure ones).
+LEDGER_PREFIX_ZCDP = "dx-releases-zcdp:"
+
+
+def pure_to_zcdp(alpha: float) -> float:
+    """The zCDP rho (per unit of the metric) charged for an (alpha * d_X)-private release: alpha.
+
+    For a pair at distance d the privacy loss is at most alpha*d with certainty, so the Rényi
+    divergence of every order a >= 1 is at most alpha*d <= a * alpha * d (docs/theory.md, "Pure
+    releases in a zCDP budget").
+    """
+    return float(alpha)
 
 #: One unit of budget (the SQLite ledger's unit, so the two stores agree exactly).
 UNIT = 1e-9
@@ -134,8 +159,14 @@ class Accountant:
     True
     """
 
-    def __init__(self, total: float, *, name: str = "in-memory budget") -> None:
-        t = _check_amount(total, "total", allow_inf=True)
+    def __init__(self, total: float | None = None, *, rho: float | None = None,
+                 name: str = "in-memory budget") -> None:
+        if (total is None) == (rho is None):
+            raise ValidationError("give total= (pure d_X-privacy, in multiples of the metric) or "
+                                  "rho= (zCDP per unit of the metric), exactly one")
+        self.notion = "pure" if rho is None else "zcdp"
+        t = _check_amount(total if rho is None else rho, "total" if rho is None else "rho",
+                          allow_inf=True)
         self.name = str(name)
         self._total_units: int | None = None if math.isinf(t) else to_units(t, round_up=False)
         self._spent_units = 0
@@ -149,7 +180,8 @@ class Accountant:
     # ------------------------------------------------------------------ builders
     @classmethod
     def durable(cls, path: str | os.PathLike | Ledger, total: float | None = None, *,
-                name: str = "default") -> Accountant:
+                name: str = "default", rho: float | None = None,
+                notion: str | None = None) -> Accountant:
         """A budget kept in the SQLite ledger at ``path`` under ``name``.
 
         Created with ``total`` if the name is new; if it exists, its stored total wins and
@@ -168,6 +200,14 @@ class Accountant:
         """
         from dprivacy.tables.budgets.ledger import Ledger
 
+        if total is not None and rho is not None:
+            raise ValidationError("give total= (pure) or rho= (zCDP), not both")
+        kind = "zcdp" if rho is not None else (notion or "pure")
+        if kind not in NOTIONS or (total is not None and kind != "pure"):
+            raise ValidationError(f"notion = {notion!r}: choose 'pure' (total=) or 'zcdp' (rho=)")
+        if rho is not None:
+            total = rho
+        prefix = LEDGER_PREFIX if kind == "pure" else LEDGER_PREFIX_ZCDP
         if not isinstance(name, str) or not name:
             raise ValidationError(f"name = {name!r}: a durable budget needs a non-empty name")
         if total is not None:
@@ -178,13 +218,13 @@ class Accountant:
             if total is None:
                 from dprivacy.errors import UnknownRecordError
                 try:
-                    rid = ledger.named_record(LEDGER_PREFIX + name, None)
+                    rid = ledger.named_record(prefix + name, None)
                 except UnknownRecordError as exc:
                     raise ValidationError(
                         f"the ledger {where!r} has no release budget named {name!r}: "
                         "give total=K (in multiples of the metric) to create it") from exc
             else:
-                rid = ledger.named_record(LEDGER_PREFIX + name, t)
+                rid = ledger.named_record(prefix + name, t)
         except sqlite3.Error as exc:
             raise ValidationError(
                 f"cannot use {where!r} as a budget ledger ({exc}): give the path of an "
@@ -198,13 +238,15 @@ class Accountant:
         acc._releases = 0
         acc._lock = threading.Lock()
         acc._ledger, acc._record = ledger, rid
-        acc._unit, acc._name = None, name
+        acc._unit, acc._name = None, name if kind == "pure" else f"zcdp:{name}"
+        acc.notion = kind
         return acc
 
     @classmethod
-    def single_release(cls, cost: float) -> Accountant:
+    def single_release(cls, cost: float, notion: str = "pure") -> Accountant:
         """A budget of exactly one release of ``cost`` (each mechanism's built-in accountant)."""
         acc = cls(0.0, name="this mechanism's built-in one-release budget")
+        acc.notion = notion
         acc._total_units = to_units(_check_amount(cost, "cost"), round_up=True)
         return acc
 
@@ -250,8 +292,12 @@ class Accountant:
 
     # ------------------------------------------------------------------ charging
     def charge(self, cost: float, *, label: str | None = None, unit: str | None = None,
-               unit_label: str = "its metric") -> None:
+               unit_label: str = "its metric", notion: str = "pure") -> None:
         """Charge ``cost`` (alpha, in multiples of d_X), or raise and charge nothing.
+
+        ``notion`` says what ``cost`` counts: "pure" (alpha, multiples of the metric) or "zcdp"
+        (rho per unit of the metric). A zCDP accountant charges a pure cost alpha as
+        rho = :func:`pure_to_zcdp` (alpha); a pure accountant refuses a zCDP cost.
 
         ``unit`` names the metric (and universe) that ``cost`` is a multiple of (mechanisms pass
         the fingerprint they were verified against). The first charge with a unit binds the
@@ -265,7 +311,18 @@ class Accountant:
         ValidationError
             ``cost`` is not a finite number >= 0, or ``unit`` is not the accountant's.
         """
-        c = to_units(_check_amount(cost, "cost"), round_up=True)
+        if notion not in NOTIONS:
+            raise ValidationError(f"notion = {notion!r}: choose one of {', '.join(NOTIONS)}")
+        amount = _check_amount(cost, "cost")
+        if notion != self.notion:
+            if self.notion == "pure":
+                raise ValidationError(
+                    f"the {self.name} counts pure d_X-privacy and this release is zCDP (Gaussian "
+                    "noise): a zCDP release has no pure-epsilon cost. Use a zCDP budget, "
+                    "dprivacy.Accountant(rho=R), for mixed releases; nothing was charged or "
+                    "released")
+            amount = pure_to_zcdp(amount)
+        c = to_units(amount, round_up=True)
         if unit is not None:
             self._bind_unit(str(unit), unit_label)
         if self._ledger is not None:
@@ -301,8 +358,9 @@ class Accountant:
         self._unit = unit
 
     def _refuse(self, c: int, left: float) -> None:
+        what = "x the metric" if self.notion == "pure" else "rho per unit of the metric"
         raise BudgetExceededError(
-            f"a release costing {format_amount(c / _PER)} x the metric exceeds the {self.name} "
+            f"a release costing {format_amount(c / _PER)} {what} exceeds the {self.name} "
             f"({format_amount(left)} of {format_amount(self.total)} left): nothing was charged "
             "or released. "
             "Use a larger total, a cheaper design (a smaller multiple of the metric), or stop."
@@ -318,6 +376,7 @@ class Accountant:
             ) from exc
 
     def __repr__(self) -> str:
-        return (f"Accountant({self.name}: spent {format_amount(self.spent)} of "
+        kind = "" if self.notion == "pure" else "zCDP "
+        return (f"Accountant({kind}{self.name}: spent {format_amount(self.spent)} of "
                 f"{format_amount(self.total)}, "
                 f"{self._releases} release(s) here)")

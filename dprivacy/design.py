@@ -17,12 +17,12 @@ import numpy as np
 
 import solvers
 from dprivacy.errors import (
-    InfeasibleDesignError,
     PrivacyViolationError,
     ShapeError,
     ValidationError,
 )
 from dprivacy.metrics.base import Metric
+from dprivacy.solver_calls import PRIVACY_RTOL, call_solver
 from dprivacy.universe import Universe
 from dprivacy.workload import Workload
 
@@ -31,8 +31,7 @@ if TYPE_CHECKING:
 
 METHODS = ("closed_form", "equal_split", "uniform", "budget_sharing", "bcd", "exact")
 LOSSES = ("squared", "absolute", "max", "log")
-#: Relative tolerance on the privacy condition (1e-9): a design may exceed a budget by this factor.
-PRIVACY_RTOL = 1e-9
+NOISES = ("laplace", "gaussian")
 
 
 @dataclass(frozen=True, eq=False)
@@ -52,6 +51,11 @@ class Design:
     objective: float = float("nan")
     report: Mapping[str, Any] = field(default_factory=dict)
     constraints: ConstraintSet | None = field(default=None, repr=False)
+    #: fingerprint of the (universe, metric) the design was solved for (set by :func:`design`):
+    #: the unit a mechanism built from it charges an accountant in
+    unit: str | None = field(default=None, repr=False)
+
+    noise = "laplace"
 
     def __post_init__(self) -> None:
         w = np.atleast_1d(np.array(self.w, dtype=float))
@@ -140,20 +144,11 @@ class Design:
         return plot_design(self, workload, universe, metric, path=path, max_pairs=max_pairs)
 
 
-def call_solver(fn, *args: Any, **kwargs: Any):
-    """Call a :mod:`solvers` function, turning its errors into dprivacy errors."""
-    try:
-        return fn(*args, **kwargs)
-    except solvers.InfeasibleError as exc:
-        raise InfeasibleDesignError(f"{exc} (see docs/theory.md, 'Zero and infinite distances')") from exc
-    except solvers.SolverError as exc:
-        raise ValidationError(str(exc)) from exc
-
-
 def design(
     workload: Workload, universe: Universe, metric: Metric, method: str = "exact",
-    loss: str = "squared", n: int | None = None, **options: Any,
-) -> Design:
+    loss: str = "squared", n: int | None = None, *, noise: str = "laplace", rho: Any = None,
+    **options: Any,
+) -> Any:
     """Choose (w, beta) for ``workload`` under the budget ``metric`` on ``universe``.
 
     Parameters
@@ -171,6 +166,12 @@ def design(
         Number of records (public under bounded DP).  With method "exact" and the squared or
         absolute loss, (w, u) are then optimised jointly (docs/theory.md, "The joint optimum for a
         given n"; see the report keys ``global_optimum``, ``convex_region`` and ``lower_bound``).
+    noise : {"laplace", "gaussian"}
+        ``"gaussian"`` (with ``rho``) returns a :class:`~dprivacy.gaussian_design.GaussianDesign`:
+        per-query Gaussian noise that is ``rho``-zCDP per unit of the metric, the exact optimum
+        of the convex program in 1 / sigma_k^2 (docs/theory.md, "Gaussian noise and metric
+        zCDP"); ``method`` must then be "exact" and ``n`` None.
+    rho : float, only with ``noise="gaussian"``: the zCDP budget per unit of the metric.
     **options : passed to :func:`solvers.design` (``memory_bytes``, ``tol``, ``progress``, ...).
 
     Returns
@@ -195,6 +196,21 @@ def design(
     """
     if not isinstance(workload, Workload):
         workload = Workload(workload)
+    if noise not in NOISES:
+        raise ValidationError(f"noise = {noise!r}: choose one of {', '.join(NOISES)}")
+    if noise == "gaussian":
+        if rho is None:
+            raise ValidationError("noise='gaussian' needs rho= (the zCDP budget per unit of the "
+                                  "metric), e.g. rho=0.5")
+        if method != "exact" or n is not None:
+            raise ValidationError("noise='gaussian' has one method, 'exact' (the convex program "
+                                  "in 1 / sigma^2), and no n")
+        from dprivacy.gaussian_design import design_gaussian
+
+        return design_gaussian(workload, universe, metric, rho=rho, loss=loss, **options)
+    if rho is not None:
+        raise ValidationError("rho= is the zCDP budget of Gaussian noise: pass noise='gaussian' "
+                              "too (a Laplace design's budget is the metric itself)")
     if method not in METHODS:
         raise ValidationError(f"method = {method!r}: choose one of {', '.join(METHODS)}")
     if loss not in LOSSES:
@@ -213,7 +229,7 @@ def design(
     report = dict(res.report)
     report.setdefault("metric", repr(metric))
     d = Design(res.w, res.beta, method=res.method, loss=res.loss, objective=float(res.objective),
-               report=report, constraints=cs)
+               report=report, constraints=cs, unit=metric.fingerprint(universe))
     verified_by = _verify_or_reuse(d, workload, cs, res.report.get("certificate"))
     cast("dict[str, Any]", d.report).update(verified_by=verified_by,
                                             passes=cs.stats.since(before))

@@ -314,7 +314,9 @@ class ConstraintSet:
         """The maximum (and k largest) of ``loss_ij / eps_ij`` over ALL constrained pairs.
 
         ``loss_ij = sum_k u_k |F_ki - F_kj|`` (agg="sum", Laplace, Theorem 1) or
-        ``max_k u_k |F_ki - F_kj|`` (agg="max", SmallDB/MWEM, Theorems 5 and 7).
+        ``max_k u_k |F_ki - F_kj|`` (agg="max", SmallDB/MWEM, Theorems 5 and 7) or
+        ``sum_k u_k (F_ki - F_kj)^2`` (agg="sq", Gaussian noise: u_k = 1 / (2 rho sigma_k^2) gives
+        ratios <= 1 exactly when the release is rho-zCDP per unit of the metric; docs/theory.md).
         ``u_k = inf`` contributes inf where row k differs and 0 where it does not. Exact branch
         and bound with a geometric index (its top k may omit pairs of ratio 0), else a full
         distance-kernel scan (on the engine, if any). ``tag`` labels the pass in :attr:`stats`.
@@ -323,8 +325,8 @@ class ConstraintSet:
         u = np.asarray(u, dtype=float).ravel()
         if u.shape != (A.shape[0],) or np.isnan(u).any() or (u < 0).any():
             raise SolverError(f"u must be a non-negative (m,) = ({A.shape[0]},) vector, got {u}")
-        if agg not in ("sum", "max"):
-            raise SolverError(f"agg must be 'sum' or 'max', got {agg!r}")
+        if agg not in ("sum", "max", "sq"):
+            raise SolverError(f"agg must be 'sum', 'max' or 'sq', got {agg!r}")
         if self._pruned():
             assert self._index is not None
             res = pruned.pruned_scan(self._index, A, u, self.pair_eps, self.n_constraints,
@@ -353,17 +355,22 @@ class ConstraintSet:
                                      memory_bytes=memory_bytes)
         return part, "full"
 
-    def row_lipschitz(self, F: object, *, memory_bytes: int = 2**30, tag: str = "lipschitz"
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per query row k: ``c_k = max_ij |F_ki - F_kj| / eps_ij`` (0/0 -> 0, x/0 -> inf) and
-        the arg-max pair. Returns (c (m,), i (m,), j (m,)); i = j = -1 where c_k = 0."""
+    def row_lipschitz(self, F: object, *, memory_bytes: int = 2**30, tag: str = "lipschitz",
+                      power: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per query row k: ``c_k = max_ij |F_ki - F_kj|^power / eps_ij`` (0/0 -> 0, x/0 -> inf;
+        ``power`` 1, or 2 for Gaussian noise) and the arg-max pair. Returns (c (m,), i (m,),
+        j (m,)); i = j = -1 where c_k = 0."""
+        if power not in (1, 2):
+            raise SolverError(f"power must be 1 or 2, got {power!r}")
         A = as_operand(F, self.N)
         if self._pruned():
             assert self._index is not None
-            c, bi, bj, n_ev = pruned.pruned_row_lipschitz(self._index, A, self.pair_eps)
+            c, bi, bj, n_ev = pruned.pruned_row_lipschitz(self._index, A, self.pair_eps, power)
             self._stats.record("pruned", n_ev, tag)
             return c, bi, bj
-        part, how = self._run(A, None, k=0, agg="sum", mode="lipschitz", memory_bytes=memory_bytes)
+        part, how = self._run(A, None, k=0, agg="sum",
+                              mode="lipschitz" if power == 1 else "lipschitz_sq",
+                              memory_bytes=memory_bytes)
         if self._n is None:
             object.__setattr__(self, "_n", part.n)
         self._stats.record(how, self.n_constraints, tag)

@@ -72,10 +72,11 @@ def check_working_set(m: int, cs: ConstraintSet, limit: int = WORKING_SET_BYTES)
 
 
 class WorkingSet:
-    """Pairs handed to the solver, with their scaled constraint rows ``|F_ki - F_kj| / eps_ij``."""
+    """Pairs handed to the solver, with their scaled constraint rows ``|F_ki - F_kj|^power /
+    eps_ij`` (power 1: Laplace; 2: Gaussian)."""
 
-    def __init__(self, F: QueryMatrix, cs: ConstraintSet) -> None:
-        self.F, self.cs, self.N = F, cs, cs.N
+    def __init__(self, F: QueryMatrix, cs: ConstraintSet, power: int = 1) -> None:
+        self.F, self.cs, self.N, self.power = F, cs, cs.N, power
         self.keys: set[int] = set()
         self.rows: list[np.ndarray] = []
 
@@ -94,7 +95,8 @@ class WorkingSet:
         lo, hi, eps = lo[fin], hi[fin], eps[fin]
         self.keys.update((lo * self.N + hi).tolist())
         if lo.size:
-            self.rows.append(np.abs(take(self.F, lo) - take(self.F, hi)).T / eps[:, None])
+            ad = np.abs(take(self.F, lo) - take(self.F, hi))
+            self.rows.append((ad if self.power == 1 else ad**self.power).T / eps[:, None])
         return int(lo.size)
 
     def matrix(self) -> np.ndarray:
@@ -107,9 +109,12 @@ class WorkingSet:
 def solve_u(F: QueryMatrix, cs: ConstraintSet, c: np.ndarray, build: ObjectiveBuilder,
             init: list[tuple[np.ndarray, np.ndarray]], *, memory_bytes: int, tol: float = 1e-9,
             max_rounds: int | None = None, add_k: int | None = None, progress: bool = False,
-            ws: WorkingSet | None = None) -> tuple[np.ndarray, Draft, WorkingSet | None]:
+            ws: WorkingSet | None = None, agg: str = "sum"
+            ) -> tuple[np.ndarray, Draft, WorkingSet | None]:
     """Constraint generation for ``build(v)`` over ``{v : A v <= 1, 0 <= v <= 1}`` with
     v = c * u. Only rows with c_k > 0 are variables; the others get u_k = inf (exact answer).
+    ``agg``: "sum" (rows ``|F_ki - F_kj| / eps_ij``) or "sq" (rows ``(F_ki - F_kj)^2 / eps_ij``,
+    Gaussian noise; ``c`` is then the per-row maximum of those).
 
     Returns (u, draft, working set); the working set is ``ws`` (None if not given) when no row
     has c_k > 0. ``init`` lists (i, j) arrays of starting pairs."""
@@ -118,7 +123,7 @@ def solve_u(F: QueryMatrix, cs: ConstraintSet, c: np.ndarray, build: ObjectiveBu
     if act.size == 0:
         return np.full(m, np.inf), Draft(u=np.full(m, np.inf), iterations=0), ws
     Fa, ca = rows(F, act), c[act]
-    ws = ws if ws is not None else WorkingSet(Fa, cs)
+    ws = ws if ws is not None else WorkingSet(Fa, cs, power=2 if agg == "sq" else 1)
     for i, j in init:
         ws.add(i, j)
     add_k = add_k or max(20, 4 * act.size)
@@ -142,7 +147,7 @@ def solve_u(F: QueryMatrix, cs: ConstraintSet, c: np.ndarray, build: ObjectiveBu
         if prob.status == "optimal_inaccurate":
             notes.append(f"round {rnd}: solver status optimal_inaccurate")
         u[act] = np.maximum(v.value, 0.0) / ca
-        sc = cs.scan(F, u, memory_bytes=memory_bytes, k=add_k)
+        sc = cs.scan(F, u, memory_bytes=memory_bytes, k=add_k, agg=agg)
         ti, tj, tr = sc.top
         viol = tr > 1.0 + tol
         added = ws.add(ti[viol], tj[viol]) if viol.any() else 0

@@ -5,7 +5,9 @@ The Laplace loss of a pair is the weighted cityblock distance between columns of
 ``loss_ij = sum_k u_k |F_ki - F_kj|`` (scipy's ``cdist(..., "cityblock", w=u)``; differences are
 taken before the weights, so near-equal entries keep their relative accuracy), and the
 max-aggregated loss of the exponential mechanisms (Theorems 3, 5, 7) is a weighted Chebyshev
-distance (a loop over the rows). Each row block of the upper triangle is one ``cdist`` call
+distance (a loop over the rows). The Gaussian loss ``sum_k u_k (F_ki - F_kj)^2`` (agg="sq") is
+the weighted squared Euclidean distance (``cdist(..., "sqeuclidean", w=u)``).
+Each row block of the upper triangle is one ``cdist`` call
 (a C loop, no (m, rows, cols) difference array), divided by the budget block and reduced to its
 maximum and top k. Rows with ``u_k = inf`` contribute inf wherever they differ, and 0 elsewhere.
 
@@ -64,19 +66,22 @@ def scan_part(cs: PairBudgets, F: np.ndarray | sp.csc_array, u: np.ndarray | Non
               memory_bytes: int = 2**30) -> PartResult:
     """Scan the pairs of one part: rows ``lo..hi-1`` against all later columns (dense / oracle
     sets) or edges ``lo..hi-1`` (edge sets). ``mode="lipschitz"`` computes per-row maxima of
-    ``|F_ki - F_kj| / eps_ij`` instead of the weighted loss (``u`` unused)."""
+    ``|F_ki - F_kj| / eps_ij`` instead of the weighted loss (``u`` unused); ``mode="lipschitz_sq"``
+    the per-row maxima of ``(F_ki - F_kj)^2 / eps_ij``."""
     m = F.shape[0]
     top = TopK(k)
     best, worst, n = 0.0, None, 0
-    c = np.zeros(m) if mode == "lipschitz" else None
-    ci = np.full(m, -1, np.int64) if mode == "lipschitz" else None
-    cj = np.full(m, -1, np.int64) if mode == "lipschitz" else None
+    lip = mode in ("lipschitz", "lipschitz_sq")
+    power = 2 if mode == "lipschitz_sq" else 1
+    c = np.zeros(m) if lip else None
+    ci = np.full(m, -1, np.int64) if lip else None
+    cj = np.full(m, -1, np.int64) if lip else None
     cells = max(1, min(int(memory_bytes) // (8 * 6), max(_CACHE_CELLS // max(m // 4, 1), 4096)))
     for I, J, eps, ad_or_x in _blocks(cs, F, lo, hi, cells, u if mode == "scan" else None,  # noqa: E741
                                       agg):
         free = ~(eps < np.inf)
         n += int(free.size - np.count_nonzero(free))
-        if mode == "lipschitz":
+        if lip:
             assert c is not None and ci is not None and cj is not None
             for kk in range(m):
                 if eps.ndim == 2:  # ad_or_x is the column range F[:, r0:]: one row at a time
@@ -84,7 +89,7 @@ def scan_part(cs: PairBudgets, F: np.ndarray | sp.csc_array, u: np.ndarray | Non
                     d = np.abs(row[: eps.shape[0], None] - row[None, :])
                 else:
                     d = ad_or_x[kk]
-                r = safe_ratio(d, eps)
+                r = safe_ratio(d**power if power != 1 else d, eps)
                 r[free] = -1.0
                 if r.size == 0:
                     continue
@@ -137,6 +142,8 @@ def _loss(Fb: np.ndarray, rows: int, u: np.ndarray, agg: str) -> np.ndarray:
         from scipy.spatial.distance import cdist  # slow import: on use
 
         return cdist(X[:rows], X, "cityblock", w=w)
+    if agg == "sq":
+        return cdist(X[:rows], X, "sqeuclidean", w=w)
     out = np.zeros((rows, Fb.shape[1]))
     for k in range(X.shape[1]):
         np.maximum(out, w[k] * np.abs(X[:rows, k, None] - X[None, :, k]), out=out)
@@ -162,6 +169,8 @@ def _blocks(cs: PairBudgets, F: np.ndarray | sp.csc_array, lo: int, hi: int, cel
                 continue
             if agg == "sum":
                 val = u[fin] @ ad[fin] if fin.any() else np.zeros(I.size)
+            elif agg == "sq":
+                val = u[fin] @ ad[fin] ** 2 if fin.any() else np.zeros(I.size)
             else:
                 val = (ad[fin] * u[fin][:, None]).max(axis=0, initial=0.0)
             if inf_rows.size:
@@ -196,7 +205,7 @@ def merge(results: list[PartResult], k: int, mode: str, m: int) -> PartResult:
     cj = np.full(m, -1, np.int64)
     for r in results:
         n += r.n
-        if mode == "lipschitz":
+        if mode in ("lipschitz", "lipschitz_sq"):
             assert r.c is not None and r.ci is not None and r.cj is not None
             better = r.c > c
             c[better], ci[better], cj[better] = r.c[better], r.ci[better], r.cj[better]
@@ -204,7 +213,7 @@ def merge(results: list[PartResult], k: int, mode: str, m: int) -> PartResult:
         if r.worst is not None and (r.best > best or worst is None):
             best, worst = r.best, r.worst
         top.add(*r.top)
-    if mode == "lipschitz":
+    if mode in ("lipschitz", "lipschitz_sq"):
         return PartResult(0.0, None, top.result(), c, ci, cj, n)
     return PartResult(best, worst, top.result(), None, None, None, n)
 

@@ -231,6 +231,8 @@ class _Evaluator:
         assert self.u is not None
         if self.agg == "sum":
             num = self.uf @ ad[self.fin] if self.uf.size else np.zeros(i.size)
+        elif self.agg == "sq":
+            num = self.uf @ ad[self.fin] ** 2 if self.uf.size else np.zeros(i.size)
         else:
             num = (ad[self.fin] * self.uf[:, None]).max(axis=0, initial=0.0)
         if not self.fin.all():
@@ -239,11 +241,12 @@ class _Evaluator:
         r = safe_ratio(num, eps)
         return np.where(eps < np.inf, r, -1.0)
 
-    def row_ratios(self, i: np.ndarray, j: np.ndarray) -> np.ndarray:
-        """|F_ki - F_kj| / eps_ij per row (m, P); -1 for unconstrained pairs."""
+    def row_ratios(self, i: np.ndarray, j: np.ndarray, power: int = 1) -> np.ndarray:
+        """|F_ki - F_kj|^power / eps_ij per row (m, P); -1 for unconstrained pairs."""
         self.count += i.size
         eps = self.pair_eps(i, j)
-        r = safe_ratio(self.absdiff(i, j), eps[None, :])
+        ad = self.absdiff(i, j)
+        r = safe_ratio(ad**power if power != 1 else ad, eps[None, :])
         return np.where(eps[None, :] < np.inf, r, -1.0)
 
 
@@ -251,6 +254,8 @@ def _node_bound(D: np.ndarray, u: np.ndarray, agg: str) -> np.ndarray:
     fin = np.isfinite(u)
     if agg == "sum":
         num = u[fin] @ D[fin]
+    elif agg == "sq":  # (F_ki - F_kj)^2 <= D_k^2: D_k >= |F_ki - F_kj| >= 0
+        num = u[fin] @ D[fin] ** 2
     else:
         num = (D[fin] * u[fin][:, None]).max(axis=0, initial=0.0)
     if not fin.all():
@@ -308,7 +313,8 @@ def pruned_scan(index: GeometricIndex, F: np.ndarray | sp.csc_array, u: np.ndarr
     F : (m, N) dense or CSC query matrix. u : (m,) precisions (inf allowed).
     pair_eps : exact budgets of given pairs (i, j) -> eps_ij (inf = unconstrained).
     n_pairs : number of constrained pairs (reported). k : how many top pairs to return.
-    agg : "sum" (Laplace, Theorem 1) or "max" (exponential mechanisms).
+    agg : "sum" (Laplace, Theorem 1), "sq" (Gaussian: ``sum_k u_k (F_ki - F_kj)^2``, bounded
+        by ``sum_k u_k D_k(A, B)^2``) or "max" (exponential mechanisms).
 
     Returns
     -------
@@ -342,10 +348,10 @@ def pruned_scan(index: GeometricIndex, F: np.ndarray | sp.csc_array, u: np.ndarr
     return ScanResult(best, worst if n_pairs else None, (ti, tj, tr), n_pairs, ev.count, "pruned")
 
 
-def pruned_row_lipschitz(index: GeometricIndex, F: np.ndarray | sp.csc_array, pair_eps: PairEps
-                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """Per row k: ``c_k = max_ij |F_ki - F_kj| / eps_ij`` and its pair, by branch and bound
-    (per-row bound ``D_k(A, B) / g(delta_AB)``). Returns (c, i, j, pairs evaluated)."""
+def pruned_row_lipschitz(index: GeometricIndex, F: np.ndarray | sp.csc_array, pair_eps: PairEps,
+                         power: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Per row k: ``c_k = max_ij |F_ki - F_kj|^power / eps_ij`` and its pair, by branch and bound
+    (per-row bound ``D_k(A, B)^power / g(delta_AB)``). Returns (c, i, j, pairs evaluated)."""
     t0 = time.perf_counter()
     m = F.shape[0]
     c = np.zeros(m)
@@ -355,7 +361,7 @@ def pruned_row_lipschitz(index: GeometricIndex, F: np.ndarray | sp.csc_array, pa
 
     def leaf_fn(i: np.ndarray, j: np.ndarray) -> None:
         for pi, pj in _batches(i, j, m):
-            R = ev.row_ratios(pi, pj)
+            R = ev.row_ratios(pi, pj, power)
             if R.shape[1] == 0:
                 continue
             arg = np.argmax(R, axis=1)
@@ -367,7 +373,7 @@ def pruned_row_lipschitz(index: GeometricIndex, F: np.ndarray | sp.csc_array, pa
     leaf_fn(*index.neighbour_pairs())
 
     def keep_fn(lev: int, a: np.ndarray, b: np.ndarray, D: np.ndarray) -> np.ndarray:
-        ub = safe_ratio(D, index.tree.box_lower(lev, a, b, index)[None, :])
+        ub = safe_ratio(D**power if power != 1 else D, index.tree.box_lower(lev, a, b, index)[None, :])
         return np.asarray((ub * _UB_SLACK > c[:, None]).any(axis=0))
 
     visited = _traverse(index, F, keep_fn, leaf_fn)

@@ -189,13 +189,19 @@ def test_one_accountant_counts_multiples_of_one_metric(tmp_path):
     M2 = metrics.Euclidean(3.0)
     m1 = dp.DXLaplace(W, dp.design(W, U, M, method="closed_form"), universe=U, metric=M)
     m2 = dp.DXLaplace(W, dp.design(W, U, M2, method="closed_form"), universe=U, metric=M2)
-    unbound = dp.DXLaplace(W, dp.design(W, U, M2, method="closed_form"))  # no metric given
+    # no metric given: the unit is the one the design was solved for (M2), so it is refused too
+    via_design = dp.DXLaplace(W, dp.design(W, U, M2, method="closed_form"))
+    d2 = dp.design(W, U, M2, method="closed_form")
+    unitless = dp.DXLaplace(W, dp.Design(d2.w, d2.beta, constraints=d2.constraints))
     for acc in (dp.Accountant(total=5), dp.Accountant.durable(tmp_path / "b.sqlite", total=5)):
         m1.release(x, rng=0, secure=False, accountant=acc)
         with pytest.raises(ValidationError, match="another metric"):
             m2.release(x, rng=0, secure=False, accountant=acc)
+        with pytest.raises(ValidationError, match="another metric"):
+            via_design.release(x, rng=0, secure=False, accountant=acc)
+        with pytest.raises(ValidationError, match="without its universe and metric"):
+            unitless.release(x, rng=0, secure=False, accountant=acc)  # no unit: refused
         assert acc.spent == pytest.approx(m1.release_cost)
-        unbound.release(x, rng=0, secure=False, accountant=acc)  # unknown unit: not refused
         m1.release(x, rng=1, secure=False, accountant=acc)
     reopened = dp.Accountant.durable(tmp_path / "b.sqlite")  # the binding is in the file
     with pytest.raises(ValidationError, match="another metric"):

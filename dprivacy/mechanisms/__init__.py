@@ -12,9 +12,10 @@ class                           paper                               privacy cond
 ``DXSmallDB(W, d, size=...)``   Algorithm 1, Theorem 5              beta max_f w_f |f_i - f_j| <= eps_ij
 ``DXMWEM(W, d, T=...)``         Algorithm 2, Theorem 7              2 T beta max_f w_f |f_i - f_j| <= eps_ij
 ``StrategyMechanism``           strategy matrix A (see its module)  ||A (e_i - e_j)||_1 <= eps_ij
+``DXGaussian(W, d)``            per-query Gaussian noise, zCDP      sum_k (dF_k / sigma_k)^2 <= 2 rho eps_ij
 ==============================  ==================================  ==========================================
 
-A release draws floating-point-safe noise by default (OpenDP) and charges an
+(dF_k = F_ki - F_kj.) A release draws floating-point-safe noise by default (OpenDP) and charges an
 :class:`~dprivacy.Accountant` when given one (k releases on the same records are
 k·d_X-private). The docs page "Mechanisms, budgets and configs" walks through each.
 
@@ -29,10 +30,11 @@ Examples
 """
 
 from dprivacy.mechanisms.exponential import DXExponential
+from dprivacy.mechanisms.gaussian import DXGaussian
 from dprivacy.mechanisms.laplace import DXLaplace, Laplace
 from dprivacy.mechanisms.mwem import DXMWEM
 from dprivacy.mechanisms.smalldb import DXSmallDB
 from dprivacy.mechanisms.strategy import StrategyDesign, StrategyMechanism, design_strategy
 
-__all__ = ["DXMWEM", "DXExponential", "DXLaplace", "DXSmallDB", "Laplace", "StrategyDesign",
+__all__ = ["DXMWEM", "DXExponential", "DXGaussian", "DXLaplace", "DXSmallDB", "Laplace", "StrategyDesign",
            "StrategyMechanism", "design_strategy"]
