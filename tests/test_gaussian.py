@@ -286,3 +286,33 @@ def test_durable_zcdp_budget_is_apart_from_the_pure_one(tmp_path):
     assert dp.Accountant.durable(path).remaining == pytest.approx(2.0)
     with pytest.raises(ValidationError, match="exactly one"):
         dp.Accountant(total=1, rho=1)
+
+
+# --------------------------------------------------------------------------- Gaussian strategies
+def test_gaussian_strategy_mechanism_checks_every_pair_and_charges_rho():
+    import dataclasses
+
+    from solvers.strategy import materialise
+
+    U = dp.Universe.from_points(np.arange(8.0))  # a line: its Laplace constraints are the gaps
+    M = metrics.Euclidean(0.5)
+    W = dp.Workload.range_queries(8, [(0, 3), (2, 6), (1, 7), (4, 5)])
+    rho = 0.4
+    d = dp.design_strategy(W, U, M, noise="gaussian", rho=rho)
+    mech = dp.StrategyMechanism(W, d, universe=U, metric=M)
+    A = np.asarray(materialise(d.C, d.basis) if d.basis.kind != "identity" else d.C)
+    A = A.toarray() if hasattr(A, "toarray") else A
+    r = _l2_ratios(A, np.ones(A.shape[0]), rho, M.budget(U))
+    assert r.max() <= 1 + 1e-9 and mech.max_ratio_ == pytest.approx(r.max(), rel=1e-9)
+    assert mech.release_notion == "zcdp"
+    assert mech.release_cost == pytest.approx(rho * r.max(), rel=1e-8)
+    acc = dp.Accountant(rho=1.0)
+    y = mech.release(np.arange(8), rng=0, secure=False, accountant=acc)
+    assert y.shape == (4,) and acc.spent == pytest.approx(rho * r.max(), rel=1e-6)
+    with pytest.raises(ValidationError, match="no pure-epsilon cost"):
+        mech.release(np.arange(8), rng=0, secure=False, accountant=dp.Accountant(total=10))
+    # unbiased, variance 1 per strategy row: the answers' variances are those of the design
+    assert np.allclose(mech.query_variances(), d.query_variances())
+    loud = dataclasses.replace(d, C=d.C * 1.01)
+    with pytest.raises(PrivacyViolationError, match="2 rho"):
+        dp.StrategyMechanism(W, loud, universe=U, metric=M)

@@ -22,9 +22,10 @@ import numpy as np
 import scipy.sparse as sp
 
 import solvers.strategy as st
-from dprivacy import noise
+from dprivacy import gaussian_noise, noise
 from dprivacy.design import PRIVACY_RTOL, Design, call_solver
 from dprivacy.errors import PrivacyViolationError, ShapeError, ValidationError
+from dprivacy.gaussian_design import check_rho, pair_constraint_set
 from dprivacy.implicit_workload import ImplicitWorkload, as_workload
 from dprivacy.mechanisms._release import charge_release, setup_accounting
 from dprivacy.mechanisms.gaussian_strategy_design import solve_gaussian_strategy
@@ -307,9 +308,10 @@ class StrategyMechanism:
         if not isinstance(design, StrategyDesign):
             raise ValidationError(f"design is a {type(design).__name__}: expected a StrategyDesign "
                                   "(dprivacy.design_strategy)")
-        if design.noise != "laplace":
-            raise ValidationError(f"this mechanism releases Laplace noise; the design is for "
-                                  f"{design.noise} noise")
+        if design.noise not in ("laplace", "gaussian"):
+            raise ValidationError(f"unknown noise {design.noise!r} of the strategy design")
+        gaussian = design.noise == "gaussian"
+        rho = check_rho(design.rho, "the design's rho") if gaussian else 1.0
         if design.basis.N != W.N:
             raise ShapeError(f"the strategy has N = {design.basis.N}, the workload N = {W.N}")
         if (universe is None) != (metric is None):
@@ -317,12 +319,17 @@ class StrategyMechanism:
         if universe is not None:
             assert metric is not None
             W.check_universe(universe)
-            cs = metric.constraint_set(universe)
+            # Gaussian noise: every pair (a squared norm is not subadditive along graph edges)
+            cs = pair_constraint_set(metric, universe) if gaussian else metric.constraint_set(universe)
         elif design.constraints is not None:
             cs = design.constraints
         else:
             raise PrivacyViolationError("no constraint set to check the strategy against: pass "
                                         "universe= and metric=")
+        if gaussian and cs.kind == "edges":
+            raise PrivacyViolationError("a Gaussian strategy is checked on every pair, and the "
+                                        "design carries a graph's edges only: pass universe= and "
+                                        "metric=")
         # the mechanism keeps its own read-only copy of the strategy and basis, taken before the
         # check: later writes to the caller's design change nothing that is released
         C = _frozen(design.C)
@@ -330,22 +337,31 @@ class StrategyMechanism:
         vals = C.data if is_sparse(C) else C
         if not np.all(np.isfinite(vals)):
             raise ValidationError("the strategy has NaN or infinite entries")
-        ratio, worst, _ = call_solver(st.strategy_scan, C, basis, cs)
+        if gaussian:  # sum over rows of A of (A_ri - A_rj)^2 / (2 rho eps_ij) <= 1 on every pair
+            A = C if basis.kind == "identity" else call_solver(st.materialise, C, basis)
+            sc = cs.scan(A, np.full(A.shape[0], 1.0 / (2.0 * rho)), agg="sq", tag="strategy")
+            ratio, worst = float(sc.max_ratio), sc.worst
+        else:
+            ratio, worst, _ = call_solver(st.strategy_scan, C, basis, cs)
         if not ratio <= 1 + PRIVACY_RTOL:
+            norm = "||A (e_i - e_j)||_2^2 / (2 rho eps_ij)" if gaussian else \
+                "||A (e_i - e_j)||_1 / eps_ij"
             raise PrivacyViolationError(
-                f"privacy condition broken: ||A (e_i - e_j)||_1 / eps_ij = {ratio:.9g} at pair "
+                f"privacy condition broken: {norm} = {ratio:.9g} at pair "
                 f"{worst} (allowed 1 + {PRIVACY_RTOL:g}); scale the strategy down")
         self.M, self.o, self.X, self.z = _maps_for(W, C, basis)
         self.workload = W
         self.design = StrategyDesign(W, C, basis, self.M, self.o, float(ratio), design.lower_bound,
-                                     dict(design.report), cs, design.method, self.X, self.z)
+                                     dict(design.report), cs, design.method, self.X, self.z,
+                                     noise=design.noise, rho=design.rho)
         self.constraints = cs
         self.max_ratio_ = float(ratio)
-        setup_accounting(self, universe, metric)
+        self.release_notion = "zcdp" if gaussian else "pure"
+        setup_accounting(self, universe, metric, scale=rho if gaussian else 1.0)
 
     def query_variances(self) -> np.ndarray:
         """Variance of every answer (shape (m,))."""
-        return _variances(self.workload, self.M, self.X)
+        return _variances(self.workload, self.M, self.X, _ROW_VARIANCE[self.design.noise])
 
     def expected_squared_error(self, x: object = None) -> float:
         """E||answers - F x||^2 = 2 ||F A^+||_F^2 (the same for every x)."""
@@ -353,7 +369,8 @@ class StrategyMechanism:
 
     def release(self, x: Any, rng: Any = None, secure: bool = True, *,
                 accountant: Accountant | None = None) -> np.ndarray:
-        """The m answers from one release ``y = A x + Lap(1)^p`` (and the total n = 1'x).
+        """The m answers from one release ``y = A x + Lap(1)^p`` (``+ N(0, I_p)`` for a Gaussian
+        strategy, OpenDP's Gaussian; charged rho in zCDP units) and the total n = 1'x.
 
         ``secure=True`` (default) draws with OpenDP's floating-point-safe sampler (``rng``
         unused); ``secure=False`` with numpy, for simulations.  ``accountant`` is charged
@@ -363,7 +380,8 @@ class StrategyMechanism:
         charge_release(self, accountant)
         s = self.design.basis.apply(arr.astype(float))  # the mechanism's own checked copies
         y_true = np.asarray(self.design.C @ s, dtype=np.float64).ravel()
-        y = np.asarray(noise.add_laplace(y_true, np.ones(y_true.shape), rng=rng, secure=secure),
+        add = gaussian_noise.add_gaussian if self.design.noise == "gaussian" else noise.add_laplace
+        y = np.asarray(add(y_true, np.ones(y_true.shape), rng=rng, secure=secure),
                        dtype=np.float64).ravel()
         return _answers(self.workload, self.M, self.o, self.X, self.z, y, float(np.sum(arr)))
 
