@@ -138,12 +138,10 @@ def _loss(Fb: np.ndarray, rows: int, u: np.ndarray, agg: str) -> np.ndarray:
     if not live.any():
         return np.zeros((rows, Fb.shape[1]))
     X, w = Fb[live].T, u[live]
-    if agg == "sum":
+    if agg in ("sum", "sq"):
         from scipy.spatial.distance import cdist  # slow import: on use
 
-        return cdist(X[:rows], X, "cityblock", w=w)
-    if agg == "sq":
-        return cdist(X[:rows], X, "sqeuclidean", w=w)
+        return cdist(X[:rows], X, "cityblock" if agg == "sum" else "sqeuclidean", w=w)
     out = np.zeros((rows, Fb.shape[1]))
     for k in range(X.shape[1]):
         np.maximum(out, w[k] * np.abs(X[:rows, k, None] - X[None, :, k]), out=out)
