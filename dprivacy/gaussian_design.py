@@ -24,7 +24,6 @@ import numpy as np
 from dprivacy.errors import PrivacyViolationError, ShapeError, ValidationError
 from dprivacy.solver_calls import PRIVACY_RTOL, call_solver
 from dprivacy.workload import Workload
-from solvers.gaussian_queries import GAUSSIAN_LOSSES, gaussian_precisions
 
 if TYPE_CHECKING:
     from dprivacy.metrics.base import Metric
@@ -158,6 +157,8 @@ def design_gaussian(workload: Workload, universe: Universe, metric: Metric, *, r
     largest variance: one common sigma) or "log" (geometric mean of the variances). Verified on
     every pair before it is returned (the solver's final scan is the certificate).
     """
+    from solvers.gaussian_queries import GAUSSIAN_LOSSES, gaussian_precisions  # cvxpy: on use
+
     r = check_rho(rho)
     if not isinstance(workload, Workload):
         workload = Workload(workload)
