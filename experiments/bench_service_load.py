@@ -1,0 +1,563 @@
+"""Many analysts at once against ``dprivacy serve``, then one of them flooding, with a kill -9.
+
+A Parquet file of ``--rows`` records (pid, age 0-89, zone 0-49, x ~ U[0,1]) is served as a PINQ
+source ``pinq`` (each analyst's budget 1e9, a d_X release universe over the 90 ages) and a ProPer
+source ``proper`` (personal budgets 1e9) by ``python -m dprivacy serve`` in a subprocess (so that
+it can be killed). ``--analysts`` analysts each keep ONE request outstanding (their share) and
+cycle, in a seeded random order, through five queries:
+
+* ``pinq_count`` / ``proper_count``: ``where(x > 0.5).noisy_count(eps)``;
+* ``pinq_grouped`` / ``proper_grouped``: ``count_by(zone in 0..59, eps)`` (one request; ten of
+  the public keys have no record);
+* ``pinq_release``: a d_X release of the 90 age counts (identity workload, Discrete metric).
+
+Phase ``steady`` runs them for ``--duration`` seconds. Phase ``flood`` runs them again while
+analyst a0 also sends ``--flood`` times its share: a request every deadline/flood seconds,
+whatever the answers (open loop). Halfway through the flood the server is killed with SIGKILL and
+restarted on the same state; requests in flight then fail on the client's side.
+
+Reported per phase and analyst: answers, how many look real (a count above rows/4: the default
+answer of an overrun query is noise around 0), lateness = response time − the query's deadline
+(median, p99, max; the deadline computed from the plan and the configuration as the service
+does), refusals at admission (HTTP 429/503), budget refusals (409), connection failures; the
+server's count of overruns (its log); and the budget audit: each analyst's PINQ ledger spending
+against the costs of the answers they received (each kind's cost measured on the ledger in a
+warm-up), and the ProPer store's committed queries against the ProPer answers. The owner's
+``dprivacy budgets`` output is appended to the report.
+
+Run ``python -m experiments.bench_service_load`` (8 analysts, 10^7 rows, 600 s per phase) or
+with ``--rows 1000000 --duration 60``; ``--quick`` is a few seconds on 2000 rows (the test).
+Writes ``<results>/bench_service_load[_quick].csv`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+RESULTS = Path(__file__).resolve().parent / "results"
+KINDS = ["pinq_count", "proper_count", "pinq_grouped", "proper_grouped", "pinq_release"]
+ZONES = 50
+KEYS = list(range(ZONES + 10))
+
+
+def write_parquet(path: Path, rows: int, chunk: int = 2_000_000) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(0)
+    schema = pa.schema([("pid", pa.int64()), ("age", pa.int64()), ("zone", pa.int64()),
+                        ("x", pa.float64())])
+    with pq.ParquetWriter(path, schema) as w:
+        for start in range(0, rows, chunk):
+            n = min(chunk, rows - start)
+            w.write_table(pa.table({"pid": np.arange(start, start + n, dtype=np.int64),
+                                    "age": rng.integers(0, 90, n),
+                                    "zone": rng.integers(0, ZONES, n), "x": rng.random(n)},
+                                   schema=schema))
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _has(field: str) -> bool:
+    from dprivacy.service.config import ServiceConfig
+
+    return field in {f.name for f in dataclasses.fields(ServiceConfig)}
+
+
+class Server:
+    """``python -m dprivacy serve`` in a subprocess, its stderr in ``log``."""
+
+    def __init__(self, cfg: Path, port: int, log: Path) -> None:
+        self.cfg, self.port, self.log = cfg, port, log
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 600.0) -> float:
+        import httpx
+
+        t0 = time.monotonic()
+        with open(self.log, "a") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "dprivacy", "serve", "--config", str(self.cfg),
+                 "--port", str(self.port)], stdout=subprocess.DEVNULL, stderr=err)
+        while time.monotonic() - t0 < timeout:
+            try:
+                if httpx.get(self.url + "/v1/health", timeout=1).status_code == 200:
+                    return time.monotonic() - t0
+            except httpx.HTTPError:
+                pass
+            if self.proc.poll() is not None:
+                raise RuntimeError("the service did not start: " + self.log.read_text()[-2000:])
+            time.sleep(0.1)
+        self.kill()
+        raise RuntimeError("the service did not start in time")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def overruns(self) -> int:
+        return self.log.read_text().count("overran its deadline") if self.log.exists() else 0
+
+
+def write_config(work: Path, rows: int, analysts: list[str], query_seconds: float,
+                 row_seconds: float | None, max_work_rows: int | None) -> dict[str, str]:
+    """The service's TOML (and one key per analyst; returns name -> key)."""
+    from dprivacy.service import new_key
+
+    pd.DataFrame({"age": np.arange(90)}).to_csv(work / "ages.csv", index=False)
+    keys, people = {}, []
+    for a in analysts:
+        key, digest = new_key()
+        keys[a] = key
+        people.append(f'[[analyst]]\nname = "{a}"\nkey_sha256 = "{digest}"\n')
+    bound = _has("max_work_rows")
+    svc = ['state_dir = "state"', f"query_seconds = {query_seconds}", "max_body_bytes = 1048576"]
+    if bound:
+        svc += [f"max_rows = {rows}", f"max_work_rows = {max_work_rows or 6 * rows}"]
+        if row_seconds is not None:
+            svc.append(f"row_seconds = {row_seconds}")
+    src_rows = f"max_rows = {rows}\n" if bound else ""
+    (work / "service.toml").write_text(f"""
+[service]
+{chr(10).join(svc)}
+
+[[source]]
+name = "pinq"
+path = "people.parquet"
+kind = "pinq"
+budget = 1e9
+{src_rows}
+[source.release]
+universe = "ages.csv"
+key = ["age"]
+metric = "Discrete"
+params = {{ eps = 1.0 }}
+
+[[source]]
+name = "proper"
+path = "people.parquet"
+kind = "proper"
+id = "pid"
+budget = 1e9
+{src_rows}
+{chr(10).join(people)}""")
+    return keys
+
+
+def bodies(url: str, key: str, eps: float) -> dict[str, bytes]:
+    """The request body of each kind (the plans built by the client library)."""
+    from ibis import _
+
+    import dprivacy as dp
+    from dprivacy.remote import connect
+    from dprivacy.service.plan import PLAN_VERSION
+
+    s = connect(url, key=key, timeout=600)
+    out: dict[str, bytes] = {}
+    for src in ("pinq", "proper"):
+        t = s.table(src)
+        out[f"{src}_count"] = json.dumps({"v": PLAN_VERSION, "table": t.where(_.x > 0.5).plan,
+                                          "query": {"op": "noisy_count", "eps": eps}}).encode()
+        out[f"{src}_grouped"] = json.dumps({"v": PLAN_VERSION, "table": t.plan, "query": {
+            "op": "grouped", "eps": eps, "by": "zone", "keys": KEYS,
+            "aggs": {"n": {"how": "count"}}}}).encode()
+    U, M = s.table("pinq").release_inputs()  # noqa: N806
+    W = dp.Workload(np.eye(90))  # noqa: N806
+    text = dp.MechanismConfig.from_design(W, U, M, dp.Design(w=np.ones(90),
+                                                             beta=np.full(90, 0.5))).to_json()
+    out["pinq_release"] = json.dumps({"v": PLAN_VERSION, "table": s.table("pinq").plan,
+                                      "query": {"op": "release", "config": text,
+                                                "F": np.eye(90).tolist()}}).encode()
+    s.close()
+    return out
+
+
+def deadlines(cfg_path: Path, analysts: list[str], body: dict[str, bytes]
+              ) -> tuple[dict[tuple[str, str], float], str]:
+    """Each (analyst, kind)'s deadline in seconds, computed as the service does from the plan
+    and the configuration (and which rule applied)."""
+    from dprivacy.service.config import load_config
+    from dprivacy.service.plan import parse_plan
+
+    cfg = load_config(cfg_path)
+    out = {}
+    rule = "query_seconds"
+    for a in analysts:
+        for k, raw in body.items():
+            plan = parse_plan(raw, cfg)
+            rel = plan.query is not None and plan.query["op"] == "release"
+            try:
+                from dprivacy.service import workbound
+
+                b = workbound.plan_bound(plan.table, plan.query, cfg)
+                out[(a, k)] = workbound.deadline_seconds(cfg, a, b, set(plan.sources),
+                                                         release=rel)
+                rule = "static work bound"
+            except ImportError:
+                out[(a, k)] = cfg.deadline_seconds(set(plan.sources), release=rel)
+    return out, rule
+
+
+class Load:
+    """The analysts' threads of one phase; every request is recorded."""
+
+    def __init__(self, server: Server, keys: dict[str, str], body: dict[str, bytes],
+                 dl: dict[tuple[str, str], float], rows: int, seed: int) -> None:
+        self.server, self.keys, self.body, self.dl, self.rows = server, keys, body, dl, rows
+        self.records: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.killed_at = float("inf")  # time.monotonic() of the kill
+        self.seed = seed
+
+    def one(self, client: Any, analyst: str, kind: str, phase: str, role: str) -> int:
+        import httpx
+
+        t0 = time.monotonic()
+        status, value = -1, None
+        try:
+            r = client.post("/v1/query", content=self.body[kind])
+            status = r.status_code
+            if status == 200:
+                value = r.json()["value"]
+        except httpx.HTTPError:
+            status = -1
+        took = time.monotonic() - t0
+        rec = {"phase": phase, "analyst": analyst, "role": role, "kind": kind,
+               "status": status, "start": t0, "seconds": took, "deadline": self.dl[(analyst, kind)],
+               "real": _real(kind, value, self.rows) if status == 200 else None,
+               # a request that failed: in flight at the kill, or sent while the server was down
+               "at_kill": status == -1 and t0 < self.killed_at <= t0 + took + 0.05,
+               "while_down": status == -1 and t0 >= self.killed_at}
+        with self.lock:
+            self.records.append(rec)
+        return status
+
+    def analyst(self, analyst: str, phase: str) -> None:
+        import httpx
+
+        rng = random.Random(f"{self.seed}-{analyst}-{phase}")
+        with httpx.Client(base_url=self.server.url, timeout=600,
+                          headers={"Authorization": f"Bearer {self.keys[analyst]}",
+                                   "Content-Type": "application/json"}) as client:
+            order = list(KINDS)
+            while not self.stop.is_set():
+                rng.shuffle(order)
+                for kind in order:
+                    if self.stop.is_set():
+                        return
+                    if self.one(client, analyst, kind, phase, "share") == -1:
+                        time.sleep(0.2)  # the server is down: retry until it is back
+
+    def flooder(self, analyst: str, phase: str, factor: int) -> None:
+        import httpx
+
+        period = min(self.dl[(analyst, k)] for k in KINDS) / factor
+        rng = random.Random(f"{self.seed}-flood")
+        local = threading.local()
+
+        def send(kind: str) -> None:
+            if not hasattr(local, "client"):
+                local.client = httpx.Client(
+                    base_url=self.server.url, timeout=600,
+                    headers={"Authorization": f"Bearer {self.keys[analyst]}",
+                             "Content-Type": "application/json"})
+            self.one(local.client, analyst, kind, phase, "flood")
+
+        with ThreadPoolExecutor(4 * factor, thread_name_prefix="flood") as pool:
+            nxt = time.monotonic()
+            while not self.stop.is_set():
+                pool.submit(send, rng.choice(KINDS))
+                nxt += period
+                time.sleep(max(0.0, nxt - time.monotonic()))
+
+
+def _real(kind: str, value: Any, rows: int) -> bool:
+    """Whether an answer is the real one: the default answer (an overrun query) is noise
+    around 0, the real count is about rows/2 (counts) or rows (grouped, release)."""
+    try:
+        if kind.endswith("count"):
+            return float(value) > rows / 4
+        total = sum(float(v[0]) if isinstance(v, list) else float(v) for v in value
+                    if v is not None)
+        return total > rows / 2
+    except (TypeError, ValueError):
+        return False
+
+
+def run_phase(load: Load, phase: str, analysts: list[str], duration: float, flood: int,
+              kill_at: float | None) -> dict[str, Any]:
+    load.stop.clear()
+    threads = [threading.Thread(target=load.analyst, args=(a, phase)) for a in analysts]
+    if flood:
+        threads.append(threading.Thread(target=load.flooder, args=(analysts[0], phase, flood)))
+    over0 = load.server.overruns()
+    for t in threads:
+        t.start()
+    info: dict[str, Any] = {}
+    t0 = time.monotonic()
+    down = 0.0
+    if kill_at is not None:  # the phase runs `duration` seconds with the server up
+        time.sleep(kill_at)
+        load.killed_at = time.monotonic()
+        load.server.kill()
+        info["killed_at_s"] = round(time.monotonic() - t0, 2)
+        down = load.server.start()
+        info["restart_s"] = round(down, 2)
+    time.sleep(max(0.0, duration + down - (time.monotonic() - t0)))
+    load.stop.set()
+    for t in threads:
+        t.join()
+    info["overruns"] = load.server.overruns() - over0
+    return info
+
+
+def summarise(df: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for (phase, analyst, role), g in df.groupby(["phase", "analyst", "role"], sort=False):
+        ok = g[g.status == 200]
+        late = (ok.seconds - ok.deadline).to_numpy()
+        rows.append({
+            "phase": phase, "analyst": analyst, "role": role, "requests": len(g),
+            "answers": len(ok), "real": int(ok.real.sum()),
+            "late_median_ms": 1e3 * float(np.median(late)) if late.size else np.nan,
+            "late_p99_ms": 1e3 * float(np.quantile(late, 0.99)) if late.size else np.nan,
+            "late_max_ms": 1e3 * float(late.max()) if late.size else np.nan,
+            "admission_refusals": int(g.status.isin([429, 503]).sum()),
+            "budget_refusals": int((g.status == 409).sum()),
+            "failed_in_flight_at_kill": int(g.at_kill.sum()),
+            "failed_while_down": int(g.while_down.sum()),
+            "failed_other": int(((g.status == -1) & ~g.at_kill & ~g.while_down).sum()),
+            "other_errors": int((~g.status.isin([200, 429, 503, 409, -1])).sum())})
+    return pd.DataFrame(rows)
+
+
+def audit(work: Path, df: pd.DataFrame, cost: dict[str, float], analysts: list[str],
+          overruns: int) -> pd.DataFrame:
+    """Each analyst's PINQ ledger spending against the answers they got; ProPer's committed
+    queries against its answers."""
+    from dprivacy.tables import Ledger
+    from dprivacy.tables.budgets.slot_store import SlotStore
+
+    led = Ledger(work / "state" / "pinq.sqlite")
+    spent = {n.split("/")[-1]: i - r for n, i, r, _c in led.named_budgets("pinq:pinq/")}
+    led.close()
+    rows = []
+    for a in analysts:
+        g = df[(df.analyst == a) & df.kind.str.startswith("pinq")]
+        ans = g[g.status == 200]
+        lost = g[g.at_kill]
+        paid = float(sum(cost[k] for k in ans.kind))
+        extra = spent.get(a, 0.0) - paid
+        flight = float(sum(cost[k] for k in lost.kind))
+        rows.append({"analyst": a, "source": "pinq", "answers": len(ans),
+                     "answered_cost": paid, "ledger_spent": spent.get(a, 0.0),
+                     "in_flight_at_kill": len(lost), "in_flight_cost": flight,
+                     # every answer paid, and nothing else charged but what was in flight
+                     "charges_match": bool(-1e-6 * (len(ans) + 1) <= extra
+                                           <= flight + 1e-6 * (len(ans) + 1))})
+    store = SlotStore(work / "state" / "proper-proper.duckdb")
+    with store.locked() as s:
+        committed = len(s.queries)
+    store.close()
+    g = df[df.kind.str.startswith("proper")]
+    answers, flight = int((g.status == 200).sum()), int(g.at_kill.sum())
+    rows.append({"analyst": "(all)", "source": "proper", "answers": answers,
+                 "answered_cost": np.nan, "ledger_spent": np.nan,
+                 "in_flight_at_kill": flight, "in_flight_cost": np.nan,
+                 # one committed query per answer (an overrun query that never started
+                 # charges nobody), plus at most those in flight at the kill
+                 "charges_match": bool(answers - overruns <= committed <= answers + flight),
+                 "committed_queries": committed})
+    return pd.DataFrame(rows)
+
+
+def _markdown(table: pd.DataFrame, fmt: str) -> str:
+    """A GitHub table (no tabulate dependency); floats with ``fmt``, NaN blank."""
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return "" if np.isnan(v) else fmt.format(v)
+        return str(v)
+
+    lines = ["| " + " | ".join(map(str, table.columns)) + " |", "|" + "---|" * len(table.columns)]
+    return "\n".join(lines + ["| " + " | ".join(cell(v) for v in r) + " |"
+                              for r in table.itertuples(index=False)])
+
+
+def calibrate(work: Path, rows: int, eps: float) -> dict[str, float]:
+    """In-process seconds of each kind (median of 3, after one warm-up) on the data."""
+    import ibis
+    from ibis import _
+
+    import dprivacy as dp
+    from dprivacy.tables import ProPerTable, Queryable
+
+    con = ibis.duckdb.connect()
+    view = con.read_parquet(str(work / "people.parquet"))
+    q = Queryable(view, 1e12, backend="duckdb")
+    p = ProPerTable(view, 1e12, id_column="pid", backend="duckdb")
+    U = dp.Universe.from_dataframe(pd.DataFrame({"age": np.arange(90)}), ["age"])  # noqa: N806
+    M, W = dp.metrics.Discrete(1.0), dp.Workload(np.eye(90))  # noqa: N806
+    design = dp.Design(w=np.ones(90), beta=np.full(90, 0.5))
+    runs = {"pinq_count": lambda: q.where(_.x > 0.5).noisy_count(eps),
+            "proper_count": lambda: p.where(_.x > 0.5).noisy_count(eps),
+            "pinq_grouped": lambda: q.count_by(KEYS, "zone", eps),
+            "proper_grouped": lambda: p.count_by(KEYS, "zone", eps),
+            "pinq_release": lambda: q.release(W, design, U, metric=M)}
+    out = {}
+    for k, f in runs.items():
+        f()
+        ts = []
+        for _i in range(3):
+            t0 = time.perf_counter()
+            f()
+            ts.append(time.perf_counter() - t0)
+        out[k] = float(np.median(ts))
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=10**7)
+    ap.add_argument("--analysts", type=int, default=8)
+    ap.add_argument("--duration", type=float, default=600.0, help="seconds per phase")
+    ap.add_argument("--flood", type=int, default=20, help="the flooder's multiple of its share")
+    ap.add_argument("--eps", type=float, default=0.01)
+    ap.add_argument("--query-seconds", type=float, default=None,
+                    help="the deadline floor (default: from the in-process calibration)")
+    ap.add_argument("--row-seconds", type=float, default=None,
+                    help="the service's cost per row of work (default: calibrated here)")
+    ap.add_argument("--no-kill", action="store_true", help="do not kill the server")
+    ap.add_argument("--tmp", default=None)
+    ap.add_argument("--results", default=str(RESULTS))
+    ap.add_argument("--quick", action="store_true", help="2000 rows, 3 analysts, 4 s phases")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.rows, args.analysts, args.duration = 2000, 3, 4.0
+    analysts = [f"a{i}" for i in range(args.analysts)]
+    load_start = os.getloadavg()
+    work = Path(tempfile.mkdtemp(dir=args.tmp, prefix="bench_service_load_"))
+    server: Server | None = None
+    try:
+        t0 = time.perf_counter()
+        write_parquet(work / "people.parquet", args.rows)
+        print(f"{args.rows:,} rows written in {time.perf_counter() - t0:.1f} s", flush=True)
+        secs = calibrate(work, args.rows, args.eps)
+        print("in-process seconds per query: " + ", ".join(f"{k} {v:.3f}"
+                                                            for k, v in secs.items()), flush=True)
+        worst = max(secs.values())
+        # without lanes one thread serves everyone: a query may wait for every other
+        # analyst's (and the flood's would not fit); with the static bound the service
+        # computes the deadlines itself and query_seconds is only the floor
+        qs = args.query_seconds or round(max(0.5, 3 * worst * (args.analysts + 1)), 2)
+        row_s = args.row_seconds
+        if row_s is None and _has("row_seconds"):
+            row_s = 3 * worst / (3 * args.rows)  # 3x the measured cost of a 3-pass plan
+        keys = write_config(work, args.rows, analysts, qs, row_s, None)
+        cfg = work / "service.toml"
+        server = Server(cfg, _port(), work / "serve.log")
+        started = server.start()
+        print(f"service started in {started:.1f} s", flush=True)
+        body = bodies(server.url, keys[analysts[0]], args.eps)
+        dl, rule = deadlines(cfg, analysts, body)
+        print(f"deadlines ({rule}): " + ", ".join(f"{k} {dl[(analysts[0], k)]:.3f} s"
+                                                  for k in KINDS), flush=True)
+        load = Load(server, keys, body, dl, args.rows, seed=0)
+        # warm-up: each kind once by a0, its PINQ cost read from the ledger
+        import httpx
+
+        from dprivacy.tables import Ledger
+
+        cost: dict[str, float] = {}
+        with httpx.Client(base_url=server.url, timeout=600,
+                          headers={"Authorization": f"Bearer {keys[analysts[0]]}",
+                                   "Content-Type": "application/json"}) as c:
+            led = Ledger(work / "state" / "pinq.sqlite")
+            for k in KINDS:
+                before = {n: i - r for n, i, r, _c in led.named_budgets("pinq:pinq/a0")}
+                st = load.one(c, analysts[0], k, "warm-up", "share")
+                after = {n: i - r for n, i, r, _c in led.named_budgets("pinq:pinq/a0")}
+                cost[k] = (sum(after.values()) - sum(before.values())) if st == 200 else 0.0
+            led.close()
+        print(f"PINQ cost per answer (from the ledger): {cost}", flush=True)
+        infos = {"steady": run_phase(load, "steady", analysts, args.duration, 0, None)}
+        print(f"steady: {infos['steady']}", flush=True)
+        infos["flood"] = run_phase(load, "flood", analysts, args.duration, args.flood,
+                                   None if args.no_kill else args.duration / 2)
+        print(f"flood: {infos['flood']}", flush=True)
+        server.stop()
+        df = pd.DataFrame(load.records)
+        summary = summarise(df)
+        aud = audit(work, df, cost, analysts, sum(i["overruns"] for i in infos.values()))
+        owner = subprocess.run([sys.executable, "-m", "dprivacy", "budgets", "--config",
+                                str(cfg)], capture_output=True, text=True, timeout=600).stdout
+        load_end = os.getloadavg()
+        out = Path(args.results)
+        out.mkdir(parents=True, exist_ok=True)
+        stem = "bench_service_load_quick" if args.quick else "bench_service_load"
+        summary.to_csv(out / f"{stem}.csv", index=False)
+        meta = {"rows": args.rows, "analysts": args.analysts, "duration_s": args.duration,
+                "flood": args.flood, "eps": args.eps, "deadline_rule": rule,
+                "query_seconds": qs, "row_seconds": row_s, "in_process_s": secs,
+                "deadlines_s": {k: dl[(analysts[0], k)] for k in KINDS},
+                "pinq_cost": cost, "phases": infos, "service_start_s": started,
+                "load_average_start": [round(x, 2) for x in load_start],
+                "load_average_end": [round(x, 2) for x in load_end]}
+        with open(out / f"{stem}.md", "w") as fh:
+            fh.write(f"# Service under load: {args.analysts} analysts, {args.rows:,} rows, "
+                     f"{args.duration:g} s per phase\n\n")
+            fh.write(f"`python -m experiments.bench_service_load "
+                     f"{' '.join(argv if argv is not None else sys.argv[1:])}`; load average "
+                     f"{load_start[0]:.2f} at the start, {load_end[0]:.2f} at the end "
+                     "(2 cores shared with other jobs).\n\n")
+            fh.write("```json\n" + json.dumps(meta, indent=1) + "\n```\n\n")
+            fh.write("## Per phase and analyst (lateness = response time - deadline)\n\n")
+            fh.write(_markdown(summary, "{:.1f}") + "\n\n")
+            fh.write("## Budgets: charges against the ledgers\n\n")
+            fh.write(_markdown(aud, "{:.4f}") + "\n\n")
+            fh.write("## The owner's view after the run (`dprivacy budgets`)\n\n```\n" + owner
+                     + "```\n")
+        print(summary.to_string(index=False))
+        print(aud.to_string(index=False))
+        print(f"wrote {out / (stem + '.csv')} and .md")
+        return {"summary": summary, "audit": aud, "meta": meta, "records": df}
+    finally:
+        if server is not None:
+            server.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
