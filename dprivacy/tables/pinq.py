@@ -218,6 +218,12 @@ class Queryable(NoisyQueries):
             rel.check(key_fn)
         return self._unary(rel.group_by(keys_, key_fn, group_aggs(aggs, self.columns)), 2)
 
+    def _grouped(self, keys: Iterable[Hashable] | None, column: Any) -> GroupedTable:
+        rel = self._for(column)  # an expression key on a pandas frame runs in DuckDB
+        t = self if rel is self._rel else Queryable._derive(rel, self._agent, self._roots,
+                                                               self._noise)
+        return NoisyQueries._grouped(t, keys, column)
+
     def distinct(self) -> Queryable:
         """Distinct records. Stability 1."""
         return self._unary(self._rel.distinct(), 1)

@@ -163,3 +163,12 @@ def test_bad_arguments_are_refused_before_any_charge(backend: str) -> None:
         p.group_by("zip")                                      # no public key set: untrackable
     assert t.remaining_budget() == 1.0
     assert isinstance(p.group_by(keys=KEYS, column="zip"), GroupedTable)
+
+
+def test_an_expression_key_on_a_pandas_frame_runs_in_duckdb() -> None:
+    from ibis import _
+
+    t = Queryable(DF, budget=2e6)
+    out = t.count_by([0, 1, 2], _.inc // 10, eps=1e6)         # inc 1, 2, 3 | 10 | 20
+    assert {k: round(v) for k, v in out.items()} == {0: 3, 1: 1, 2: 1}
+    assert t.remaining_budget() == pytest.approx(1e6)          # charged to the same budget
