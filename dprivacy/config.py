@@ -38,8 +38,10 @@ from dprivacy.config_json import (
 from dprivacy.design import Design
 from dprivacy.errors import ConfigError, ConfigMismatchError, ValidationError
 from dprivacy.fingerprints import ENCODING
+from dprivacy.gaussian_design import GaussianDesign, check_rho, pair_constraint_set
 from dprivacy.implicit_workload import ImplicitWorkload, as_workload
 from dprivacy.mechanisms.exponential import DXExponential
+from dprivacy.mechanisms.gaussian import DXGaussian
 from dprivacy.mechanisms.laplace import DXLaplace
 from dprivacy.mechanisms.mwem import DXMWEM
 from dprivacy.mechanisms.smalldb import DXSmallDB
@@ -66,10 +68,11 @@ READABLE = (1, 2, 3)
 #: Fingerprints of version-1 configs (pandas' CSV writer, budget bytes): read, never written.
 LEGACY_ENCODING = "dprivacy-fp-1"
 KINDS: dict[str, type] = {"laplace": DXLaplace, "exponential": DXExponential,
-                          "smalldb": DXSmallDB, "mwem": DXMWEM, "strategy": StrategyMechanism}
+                          "smalldb": DXSmallDB, "mwem": DXMWEM, "strategy": StrategyMechanism,
+                          "gaussian": DXGaussian}
 #: Mechanism parameters beyond (w, beta) that each kind stores.
 PARAMS: dict[str, tuple[str, ...]] = {"laplace": (), "exponential": (), "smalldb": ("size",),
-                                      "mwem": ("T",), "strategy": ()}
+                                      "mwem": ("T",), "strategy": (), "gaussian": ()}
 _MAX_INLINE_PARAMS = 65536  # metric params larger than this (JSON chars) are stored as a hash
 #: Config files larger than this are refused before they are read (as the command line does).
 MAX_BYTES = 1 << 30
@@ -145,6 +148,10 @@ class MechanismConfig:
     params: dict
     identity: dict
     strategy: dict | None = None
+    #: kind "gaussian": the noise sigma per query and the zCDP rho per unit of the metric
+    #: (written as design.sigma, design.rho with design.noise "gaussian", design.notion "zcdp")
+    sigma: np.ndarray | None = None
+    rho: float | None = None
     encoding: str = field(default=ENCODING, compare=False)
     _bound: tuple | None = field(default=None, repr=False, compare=False)
 
@@ -161,7 +168,9 @@ class MechanismConfig:
         workload = as_workload(workload)
         if isinstance(design, StrategyDesign):
             kind = "strategy"
-        elif isinstance(workload, ImplicitWorkload):
+        elif isinstance(design, GaussianDesign):
+            kind = "gaussian"
+        if isinstance(workload, ImplicitWorkload) and kind != "strategy":
             raise ValidationError(f"{workload!r} is an implicit workload: only strategy "
                                   "mechanisms take it (dprivacy.design_strategy); other mechanisms "
                                   "need W.to_workload()")
@@ -200,6 +209,13 @@ class MechanismConfig:
                        identity=_identity(universe, metric, workload),
                        strategy=from_json(to_json(strategy_to_json(d))),
                        _bound=(workload, universe, metric, mech))
+        if mech.kind == "gaussian":
+            empty = _ro(np.zeros(0))
+            return cls(kind="gaussian", w=empty, beta=empty, method=d.method, loss=d.loss,
+                       objective=float(d.objective), report=from_json(to_json(d.report)),
+                       params={}, identity=_identity(universe, metric, workload),
+                       sigma=_ro(d.sigma), rho=float(d.rho),
+                       _bound=(workload, universe, metric, mech))
         return cls(kind=mech.kind, w=_ro(d.w), beta=_ro(d.beta), method=d.method, loss=d.loss,
                    objective=float(d.objective), report=from_json(to_json(d.report)),
                    params=from_json(to_json(extra)),
@@ -219,6 +235,9 @@ class MechanismConfig:
         if self.kind == "strategy":
             head["version"] = STRATEGY_VERSION
             design["strategy"] = to_json(self.strategy)
+        if self.kind == "gaussian":
+            design.update(noise="gaussian", notion="zcdp", sigma=to_json(self.sigma),
+                          rho=to_json(self.rho))
         return {**head, "kind": self.kind, "design": design,
                 "params": to_json(self.params), **to_json(self.identity)}
 
@@ -276,11 +295,24 @@ class MechanismConfig:
                               " and has a design.strategy object exactly when its kind is "
                               "'strategy'")
         _check_params(kind, params)
+        sigma, rho = None, None
+        if (kind == "gaussian") != (d.get("noise", "laplace") == "gaussian"):
+            raise ConfigError("a config has design.noise 'gaussian' exactly when its kind is "
+                              "'gaussian'")
+        if kind == "gaussian":
+            if d.get("notion") != "zcdp" or "sigma" not in d or "rho" not in d:
+                raise ConfigError("a gaussian config has design.notion 'zcdp', design.sigma and "
+                                  "design.rho")
+            sigma = _ro(_float_array(d["sigma"], "sigma"))
+            try:
+                rho = check_rho(from_json(d["rho"]), "design.rho")
+            except ValidationError as exc:
+                raise ConfigError(str(exc)) from exc
         return cls(kind=kind, w=_ro(w), beta=_ro(beta), method=method, loss=loss,
                    objective=float(objective), report=from_json(report),
                    params=from_json(params), identity=identity,
                    strategy=from_json(strategy) if strategy is not None else None,
-                   encoding=encoding)
+                   sigma=sigma, rho=rho, encoding=encoding)
 
     @classmethod
     def load(cls, path: str | os.PathLike, universe: Universe, metric: Metric,
@@ -362,10 +394,16 @@ class MechanismConfig:
         """Check the inputs and the privacy condition; return a copy bound to these inputs."""
         self.check_inputs(workload, universe, metric)
         try:
-            d: Design | StrategyDesign
+            d: Design | StrategyDesign | GaussianDesign
             if self.kind == "strategy":
                 d = strategy_from_json(self.strategy, workload, metric.constraint_set(universe),
                                        self.report)
+            elif self.kind == "gaussian":  # every pair's budget: the exact l2 check on load
+                assert self.sigma is not None and self.rho is not None
+                d = GaussianDesign(self.sigma, self.rho, method=self.method, loss=self.loss,
+                                   objective=self.objective, report=self.report,
+                                   constraints=pair_constraint_set(metric, universe),
+                                   unit=metric.fingerprint(universe))
             else:
                 d = Design(self.w, self.beta, method=self.method, loss=self.loss,
                            objective=self.objective, report=self.report,
@@ -382,7 +420,7 @@ class MechanismConfig:
         return MechanismConfig(**same, identity=_identity(universe, metric, workload),
                                encoding=ENCODING, _bound=(workload, universe, metric, mech))
 
-    def design(self) -> Design | StrategyDesign:
+    def design(self) -> Design | StrategyDesign | GaussianDesign:
         """The Design (with the constraint set of the bound universe and metric)."""
         if self._bound is None:
             raise ConfigError("this config is not bound to inputs: use load() or bind()")

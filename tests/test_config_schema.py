@@ -51,6 +51,8 @@ def documents() -> dict[str, dict]:
         "smalldb": config.MechanismConfig.from_mechanism(
             DXSmallDB.from_solver(W, U, M, n, size=2), U, M),
         "mwem": config.MechanismConfig.from_mechanism(DXMWEM.from_solver(W, U, M, n), U, M),
+        "gaussian": config.MechanismConfig.from_design(
+            W, U, G, dp.design(W, U, G, noise="gaussian", rho=0.5)),
     }
     return {k: json.loads(cfg.to_json()) for k, cfg in made.items()}
 

@@ -316,3 +316,46 @@ def test_gaussian_strategy_mechanism_checks_every_pair_and_charges_rho():
     loud = dataclasses.replace(d, C=d.C * 1.01)
     with pytest.raises(PrivacyViolationError, match="2 rho"):
         dp.StrategyMechanism(W, loud, universe=U, metric=M)
+
+
+# --------------------------------------------------------------------------- configs
+def test_gaussian_config_records_noise_and_notion_and_is_reverified_on_load(tmp_path):
+    import json
+
+    import jsonschema
+
+    from dprivacy.errors import ConfigError
+    from tests.test_config_schema import load_schema
+
+    def validator():
+        return jsonschema.Draft202012Validator(load_schema())
+
+    U = dp.Universe.from_points(np.arange(6.0))
+    M = metrics.Graph([(i, i + 1) for i in range(5)], eps=0.5)  # every pair checked, not edges
+    W = dp.Workload.range_queries(6, [(0, 2), (1, 4), (3, 5)])
+    d = dp.design(W, U, M, noise="gaussian", rho=0.7)
+    cfg = dp.MechanismConfig.from_design(W, U, M, d)
+    doc = cfg.to_dict()
+    assert doc["kind"] == "gaussian" and doc["design"]["noise"] == "gaussian"
+    assert doc["design"]["notion"] == "zcdp" and doc["design"]["rho"] == 0.7
+    validator().validate(doc)
+    path = cfg.save(tmp_path / "g.json")
+    back = dp.MechanismConfig.load(path, U, M, W)
+    assert back == cfg
+    mech = back.to_mechanism()
+    assert isinstance(mech, dp.DXGaussian) and mech.release_notion == "zcdp"
+    assert np.array_equal(mech.design.sigma, d.sigma)
+    # an edited file: less noise, or more rho with the same noise -> refused on load
+    for key, value in (("sigma", [s * 0.9 for s in doc["design"]["sigma"]]), ("rho", 0.5)):
+        bad = json.loads(json.dumps(doc))
+        bad["design"][key] = value
+        (tmp_path / "bad.json").write_text(json.dumps(bad))
+        with pytest.raises(PrivacyViolationError):
+            dp.MechanismConfig.load(tmp_path / "bad.json", U, M, W)
+    bad = json.loads(json.dumps(doc))
+    del bad["design"]["notion"]
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    with pytest.raises(ConfigError, match="notion"):
+        dp.MechanismConfig.load(tmp_path / "bad.json", U, M, W)
+    with pytest.raises(jsonschema.ValidationError):
+        validator().validate(bad)
