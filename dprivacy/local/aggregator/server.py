@@ -6,10 +6,12 @@ kind or for another analyst's query):
 * ``POST /queries``: an analyst publishes a query (the JSON of :meth:`Query.to_dict`, UTF-8;
   size-, depth- and text-checked in every part, validated; its ``publisher`` is the key's
   analyst);
-* ``GET /queries?after=k``: a device or an analyst reads the queries published after position k;
+* ``GET /queries?after=k``: a device reads the queries published after position k (ids
+  namespaced per analyst: ``alice/q1``); an analyst reads only their own, under their own ids;
 * ``POST /replies``: a device sends its own reply ``{query, status, cost, result}`` (schema
   checked; the first answer per user and query is kept);
-* ``GET /replies/{id}?after=k``: an analyst reads a page of the replies to one of *their* queries;
+* ``GET /replies/{id}?after=k``: an analyst reads a page of the replies to one of *their*
+  queries, named by their own id (another analyst's ids are not found: 404);
 * ``GET /health``: liveness (no credential).
 
 Credentials are issued by the operator: :meth:`AggregatorStore.add_analyst` (an API key) and
@@ -34,7 +36,7 @@ from fastapi.concurrency import run_in_threadpool
 from dprivacy.errors import DPrivacyError
 from dprivacy.local.aggregator.errors import ConflictError, ForbiddenError, UnknownError
 from dprivacy.local.aggregator.middleware import BodyLimit
-from dprivacy.local.aggregator.store import AggregatorStore, Principal
+from dprivacy.local.aggregator.store import AggregatorStore, Principal, local_id
 from dprivacy.local.limits import safe_text
 
 __all__ = ["DEFAULT_MAX_BODY", "create_app"]
@@ -70,7 +72,7 @@ def create_app(store: AggregatorStore | None = None, *, max_body: int = DEFAULT_
     --------
     >>> app = create_app()
     >>> sorted(r.path for r in app.routes if r.path.startswith(("/queries", "/replies")))
-    ['/queries', '/queries', '/replies', '/replies/{qid}']
+    ['/queries', '/queries', '/replies', '/replies/{qid:path}']
     """
     app = FastAPI(title="dprivacy aggregator (PreTPost)")
     app.add_middleware(BodyLimit, max_bytes=max_body, timeout=body_timeout)
@@ -113,14 +115,15 @@ def create_app(store: AggregatorStore | None = None, *, max_body: int = DEFAULT_
     @app.post("/queries")
     async def publish(request: Request) -> dict[str, Any]:
         who = await caller(request, "analyst")
-        pos, qid = await call(st.publish, who.name, await body(request))
-        return {"position": pos, "id": qid, "publisher": who.name}
+        pos, full = await call(st.publish, who.name, await body(request))
+        return {"position": pos, "id": local_id(who.name, full), "device_id": full,
+                "publisher": who.name}
 
     @app.get("/queries")
     async def queries(request: Request, after: int = Query(0, ge=0, le=_MAX_POS),  # noqa: B008
                       limit: int = Query(100, ge=1, le=1000)) -> dict[str, Any]:  # noqa: B008
-        await caller(request, "device", "analyst")
-        qs, nxt = await call(st.since, after, limit)
+        who = await caller(request, "device", "analyst")
+        qs, nxt = await call(st.since, after, limit, who.name if who.kind == "analyst" else None)
         return {"after": after, "next": nxt, "queries": qs}
 
     @app.post("/replies")
@@ -128,7 +131,7 @@ def create_app(store: AggregatorStore | None = None, *, max_body: int = DEFAULT_
         who = await caller(request, "device")
         return {"stored": await call(st.reply, who.name, await body(request))}
 
-    @app.get("/replies/{qid}")
+    @app.get("/replies/{qid:path}")
     async def replies(request: Request, qid: str, after: int = Query(0, ge=0, le=_MAX_POS),  # noqa: B008
                       limit: int = Query(100_000, ge=1, le=100_000)) -> dict[str, Any]:  # noqa: B008
         who = await caller(request, "analyst")

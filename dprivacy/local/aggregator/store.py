@@ -6,7 +6,11 @@
   :func:`hmac.compare_digest`. One device credential per user: enrolling a user again is
   refused unless the old credential is replaced (and so revoked).
 * **Queries** are stored with their publisher (the analyst whose key published them), their
-  position (agents poll "after position k") and cost(T) computed at publication.
+  position (agents poll "after position k") and cost(T) computed at publication. Query ids are
+  **namespaced per analyst**: analyst ``alice``'s query ``q1`` is ``alice/q1`` on the wire to
+  the devices (and in their replies), so two analysts may both use ``q1``; an analyst names
+  their own queries by their own ids, sees only their own queries and replies, and cannot tell
+  whether another analyst's id exists.
 * **Replies** are stored once per (query, user): a repeated reply is ignored ("replay memory"),
   a different reply after an answer is refused (a refusal, which charged nothing, may be
   replaced by a later reply of the same device). Only the query's publisher may read them.
@@ -19,6 +23,7 @@ Privacy condition: none (the store holds replies, which are already randomised o
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -36,10 +41,11 @@ from typing import Any, NamedTuple
 from dprivacy.errors import ValidationError
 from dprivacy.local.aggregator.errors import ConflictError, ForbiddenError, UnknownError
 from dprivacy.local.aggregator.replies import check_reply, output_checker
-from dprivacy.local.limits import check_query_json
+from dprivacy.local.limits import DEFAULT_LIMITS, check_query_json
 from dprivacy.local.query import Query
 
-__all__ = ["AggregatorStore", "ConflictError", "ForbiddenError", "Principal", "UnknownError"]
+__all__ = ["AggregatorStore", "ConflictError", "ForbiddenError", "Principal", "UnknownError",
+           "local_id", "qualified"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS credentials (
@@ -58,6 +64,23 @@ CREATE TABLE IF NOT EXISTS replies (
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@:-]{0,127}")
 _TOKEN = re.compile(r"(dpa|dpd)_([0-9a-f]{16})_([0-9a-f]{64})")
 _KINDS = {"dpa": "analyst", "dpd": "device"}
+
+
+def qualified(publisher: str, qid: str) -> str:
+    """The id devices see for analyst ``publisher``'s query ``qid``: ``publisher/qid``.
+
+    Examples
+    --------
+    >>> qualified("alice", "q1"), local_id("alice", "alice/q1")
+    ('alice/q1', 'q1')
+    """
+    return f"{publisher}/{qid}"
+
+
+def local_id(publisher: str, full: str) -> str:
+    """The analyst's own id of the query devices know as ``full``."""
+    prefix = f"{publisher}/"
+    return full[len(prefix):] if full.startswith(prefix) else full
 
 
 def _servable(body: str) -> dict[str, Any] | None:
@@ -183,7 +206,8 @@ class AggregatorStore:
 
     # ------------------------------------------------------------------ queries
     def publish(self, publisher: str, body: Any) -> tuple[int, str]:
-        """Validate and store ``body`` (a query's JSON) for ``publisher``; (position, id)."""
+        """Validate and store ``body`` (a query's JSON) for ``publisher``; (position, the id the
+        devices see: ``publisher/id``)."""
         if not isinstance(body, dict):
             raise ValidationError("a query is a JSON object")
         if body.get("publisher") not in (None, publisher):
@@ -192,13 +216,19 @@ class AggregatorStore:
         c = q.T.cost()
         if not math.isfinite(c):
             raise ValidationError("T has infinite cost (a zero in some column): no user could answer")
+        full = qualified(publisher, q.id)
+        if len(full) > DEFAULT_LIMITS.max_id:
+            raise ValidationError(f"the query id with its analyst's prefix ({publisher}/...) has "
+                                  f"{len(full)} characters: at most {DEFAULT_LIMITS.max_id}")
+        q = dataclasses.replace(q, id=full)
         text = q.to_json()
         with self._lock:
             try:
                 cur = self._db.execute("INSERT INTO queries (id, publisher, cost, body, created) "
                                        "VALUES (?, ?, ?, ?, ?)", (q.id, publisher, c, text, time.time()))
             except sqlite3.IntegrityError as exc:
-                raise ConflictError(f"query id {q.id!r} is already published") from exc
+                raise ConflictError(f"query id {local_id(publisher, full)!r} is already "
+                                    "published") from exc
             pos = int(cur.lastrowid or 0)
         return pos, q.id
 
@@ -222,12 +252,22 @@ class AggregatorStore:
                 self._queries.popitem(last=False)
         return entry
 
-    def since(self, after: int, limit: int = 100) -> tuple[list[dict[str, Any]], int]:
+    def since(self, after: int, limit: int = 100,
+              publisher: str | None = None) -> tuple[list[dict[str, Any]], int]:
         """The queries published after position ``after`` (at most ``limit``, at most
-        ``page_bytes`` of JSON but at least one) and the position to poll from next."""
+        ``page_bytes`` of JSON but at least one) and the position to poll from next.
+
+        With ``publisher`` (an analyst's view): only that analyst's queries, under their own ids.
+        """
+        lim = max(1, min(int(limit), 1000))
         with self._lock:
-            rows = self._db.execute("SELECT pos, body FROM queries WHERE pos > ? ORDER BY pos LIMIT ?",
-                                    (int(after), max(1, min(int(limit), 1000)))).fetchall()
+            if publisher is None:
+                rows = self._db.execute("SELECT pos, body FROM queries WHERE pos > ? ORDER BY pos "
+                                        "LIMIT ?", (int(after), lim)).fetchall()
+            else:
+                rows = self._db.execute("SELECT pos, body FROM queries WHERE pos > ? AND "
+                                        "publisher = ? ORDER BY pos LIMIT ?",
+                                        (int(after), publisher, lim)).fetchall()
         out: list[dict[str, Any]] = []
         size, nxt = 0, max(int(after), 0)
         for pos, body in rows:
@@ -235,6 +275,8 @@ class AggregatorStore:
                 break
             q = _servable(body)
             if q is not None:  # a row stored before today's checks is passed over, never served
+                if publisher is not None:
+                    q["id"] = local_id(publisher, str(q.get("id", "")))
                 out.append(q)
             size, nxt = size + len(body), int(pos)
         return out, nxt
@@ -271,11 +313,18 @@ class AggregatorStore:
 
     def collected(self, analyst: str, qid: str, after: int = 0,
                   limit: int = 100_000) -> tuple[list[dict[str, Any]], int]:
-        """Replies to ``qid`` after position ``after`` (a page) and the next position; only the
-        query's publisher may read them (ForbiddenError)."""
-        publisher = self._query(qid)[0]
-        if publisher != analyst:
-            raise ForbiddenError(f"query {qid!r} was published by another analyst")
+        """Replies to the analyst's query ``qid`` (their own id) after position ``after`` (a
+        page) and the next position, each naming the query by that id. Only the analyst's own
+        queries are found (UnknownError otherwise: another analyst's ids are not theirs to see)."""
+        if not isinstance(qid, str):
+            raise UnknownError("a query is named by its string id")
+        name, qid = qid, qualified(analyst, qid)
+        try:
+            publisher = self._query(qid)[0]
+        except UnknownError:
+            raise UnknownError(f"analyst {analyst!r} has no query {name[:80]!r}") from None
+        if publisher != analyst:  # pragma: no cover (an id under analyst/ is the analyst's)
+            raise ForbiddenError(f"query {name!r} was published by another analyst")
         with self._lock:
             rows = self._db.execute("SELECT seq, body FROM replies WHERE query = ? AND seq > ? "
                                     "ORDER BY seq LIMIT ?",
@@ -285,6 +334,6 @@ class AggregatorStore:
         for seq, body in rows:
             if out and size + len(body) > self.page_bytes:
                 break
-            out.append(json.loads(body))
+            out.append({**json.loads(body), "query": name})
             size, nxt = size + len(body), int(seq)
         return out, nxt

@@ -65,13 +65,26 @@ def test_roles_and_ownership_are_enforced(served, tmp_path) -> None:
         poll_once(dev, _agent("u1", "yes", tmp_path))
         r = alice.post("/replies", json={"query": "smokers", "status": "rejected", "reason": "x"})
         assert r.status_code == 403  # an analyst cannot reply
-        assert bob.get("/replies/smokers").status_code == 403  # bob cannot read alice's replies
-        assert dev.get("/replies/smokers").status_code == 403  # nor can a device
+        # ids are namespaced per analyst: bob has no "smokers", and cannot name alice's either
+        assert bob.get("/replies/smokers").status_code == 404
+        assert bob.get("/replies/alice/smokers").status_code == 404
+        assert dev.get("/replies/smokers").status_code == 403  # a device reads no replies
         assert alice.get("/replies/nope").status_code == 404
         got = collect(alice, "smokers")
         assert [r["user"] for r in got] == ["u1"] and got[0]["result"] in ("yes", "no")
-        # the published query carries its authenticated publisher to the devices
-        assert dev.get("/queries").json()["queries"][0]["publisher"] == "alice"
+        # the published query carries its authenticated publisher to the devices, and its id
+        # in alice's namespace
+        first = dev.get("/queries").json()["queries"][0]
+        assert first["publisher"] == "alice" and first["id"] == "alice/smokers"
+        # bob may use the same id; each analyst sees only their own queries, under their own id
+        assert publish(bob, q) == {"position": 2, "id": "smokers", "device_id": "bob/smokers",
+                                   "publisher": "bob"}
+        assert [x["id"] for x in bob.get("/queries").json()["queries"]] == ["smokers"]
+        assert [x["publisher"] for x in bob.get("/queries").json()["queries"]] == ["bob"]
+        assert [x["publisher"] for x in alice.get("/queries").json()["queries"]] == ["alice"]
+        assert [x["id"] for x in dev.get("/queries").json()["queries"]] == ["alice/smokers",
+                                                                            "bob/smokers"]
+        assert collect(bob, "smokers") == []  # u1 answered alice's query, not bob's
     store.revoke("device", "u1")
     with connect(srv.url, creds["u1"]) as dev:
         assert dev.get("/queries").status_code == 401  # a revoked credential is dead
@@ -80,7 +93,7 @@ def test_roles_and_ownership_are_enforced(served, tmp_path) -> None:
 def test_a_forged_reply_is_refused_and_cannot_displace_the_genuine_one(served, tmp_path) -> None:
     srv, store, creds = served
     q = warner_query("smokers", 1.0, "smoker", ["yes", "no"])
-    forged = {"query": "smokers", "user": "u1", "status": "ok", "cost": q.T.cost(), "result": "no"}
+    forged = {"query": "alice/smokers", "user": "u1", "status": "ok", "cost": q.T.cost(), "result": "no"}
     with connect(srv.url, creds["alice"]) as alice, connect(srv.url, creds["u2"]) as mallory, \
             connect(srv.url) as anon, connect(srv.url, creds["u1"]) as u1:
         publish(alice, q)
@@ -91,11 +104,12 @@ def test_a_forged_reply_is_refused_and_cannot_displace_the_genuine_one(served, t
         genuine = _agent("u1", "yes", tmp_path)
         poll_once(u1, genuine)
         got = collect(alice, "smokers")
-        assert len(got) == 1 and got[0] == {k: genuine.history["smokers"][k] for k in got[0]}
+        sent = genuine.history["alice/smokers"]
+        assert len(got) == 1 and got[0] == {**{k: sent[k] for k in got[0]}, "query": "smokers"}
         # u1 itself cannot change its reply afterwards; an identical replay is ignored
         other = "no" if got[0]["result"] == "yes" else "yes"
-        assert u1.post("/replies", json={**genuine.history["smokers"], "result": other}).status_code == 409
-        r = u1.post("/replies", json=genuine.history["smokers"])
+        assert u1.post("/replies", json={**sent, "result": other}).status_code == 409
+        r = u1.post("/replies", json=sent)
         assert r.status_code == 200 and r.json() == {"stored": False}
         assert collect(alice, "smokers") == got
 
@@ -108,11 +122,12 @@ def test_a_forged_reply_is_refused_and_cannot_displace_the_genuine_one(served, t
     ({"status": "done"}, "status"),
     ({"extra": 1}, "no key"),
     ({"query": "other"}, "unknown query"),
+    ({"query": "smokers"}, "unknown query"),  # devices name a query by its namespaced id
 ])
 def test_reply_schema_is_checked(served, change, why) -> None:
     srv, _, creds = served
     q = warner_query("smokers", 1.0, "smoker", ["yes", "no"])
-    ok = {"query": "smokers", "user": "u1", "status": "ok", "cost": q.T.cost(), "result": "yes"}
+    ok = {"query": "alice/smokers", "user": "u1", "status": "ok", "cost": q.T.cost(), "result": "yes"}
     with connect(srv.url, creds["alice"]) as alice, connect(srv.url, creds["u1"]) as u1:
         publish(alice, q)
         r = u1.post("/replies", json={**ok, **change})
@@ -124,7 +139,7 @@ def test_reply_schema_is_checked(served, change, why) -> None:
 def test_product_outputs_are_checked(served) -> None:
     srv, _, creds = served
     q = rappor_query("colours", 2.0, "colour", ["r", "g", "b"])
-    base = {"query": "colours", "status": "ok", "cost": q.T.cost()}
+    base = {"query": "alice/colours", "status": "ok", "cost": q.T.cost()}
     with connect(srv.url, creds["alice"]) as alice, connect(srv.url, creds["u1"]) as u1:
         publish(alice, q)
         for bad in ([0, 1], [0, 1, 2], [0, 1, True], [0, 1, 1.0], "011"):
@@ -138,7 +153,7 @@ def test_agents_check_the_publisher_before_spending(served, tmp_path) -> None:
         publish(bob, warner_query("from-bob", 1.0, "smoker", ["yes", "no"]))
         a = _agent("u1", "yes", tmp_path, policy=PublicPolicy(publishers={"alice"}))
         poll_once(u1, a)
-    assert a.history == {} or a.history.get("from-bob", {}).get("status") != "ok"
+    assert a.history == {} or a.history.get("bob/from-bob", {}).get("status") != "ok"
     assert a.remaining()["total"] == pytest.approx(5.0)  # nothing charged
 
 
@@ -167,12 +182,14 @@ def test_post_runs_on_the_analysts_side(served, tmp_path) -> None:
 def test_a_refusal_may_be_replaced_an_answer_may_not(served) -> None:
     srv, _, creds = served
     q = warner_query("smokers", 1.0, "smoker", ["yes", "no"])
-    refusal = {"query": "smokers", "user": "u1", "status": "rejected", "reason": "busy", "result": None}
-    answer = {"query": "smokers", "user": "u1", "status": "ok", "cost": q.T.cost(), "result": "no"}
+    refusal = {"query": "alice/smokers", "user": "u1", "status": "rejected", "reason": "busy",
+               "result": None}
+    answer = {"query": "alice/smokers", "user": "u1", "status": "ok", "cost": q.T.cost(),
+              "result": "no"}
     with connect(srv.url, creds["alice"]) as alice, connect(srv.url, creds["u1"]) as u1:
         publish(alice, q)
         assert u1.post("/replies", json=refusal).json() == {"stored": True}
         assert u1.post("/replies", json=answer).json() == {"stored": True}  # replaces the refusal
         assert u1.post("/replies", json=refusal).status_code == 409  # an answer is final
         assert u1.post("/replies", json={**answer, "result": "yes"}).status_code == 409
-        assert collect(alice, "smokers") == [answer]
+        assert collect(alice, "smokers") == [{**answer, "query": "smokers"}]

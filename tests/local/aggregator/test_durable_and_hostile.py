@@ -35,14 +35,14 @@ def test_state_and_replay_memory_survive_a_restart(tmp_path) -> None:
     finally:
         srv.stop()
         store.close()
-    reply = agent.history["smokers"]
+    reply = agent.history["alice/smokers"]
     flipped = {**reply, "result": "no" if reply["result"] == "yes" else "yes"}
 
     store = AggregatorStore(db)  # a new process would open the same file the same way
     srv = run_server(create_app(store))
     try:
         with connect(srv.url, key) as alice, connect(srv.url, token) as dev:
-            assert dev.get("/queries").json()["queries"][0]["id"] == "smokers"  # credentials kept
+            assert dev.get("/queries").json()["queries"][0]["id"] == "alice/smokers"  # creds kept
             r = dev.post("/replies", json=reply)  # the replayed reply is recognised ...
             assert r.status_code == 200 and r.json() == {"stored": False}
             assert dev.post("/replies", json=flipped).status_code == 409  # ... a changed one refused

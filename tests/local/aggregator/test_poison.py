@@ -104,7 +104,8 @@ def test_poison_is_refused_at_publish_and_never_stops_a_device(tmp_path) -> None
             with connect(srv.url, tokens[a.user]) as dev:
                 assert run_agent(dev, a, interval=0.01, polls=2) == 2
             assert a.remaining()["total"] == pytest.approx(before[a.user])
-            assert a.history[GOOD.id] == agents[USERS.index(a.user)].history[GOOD.id]
+            full = f"mallory/{GOOD.id}"
+            assert a.history[full] == agents[USERS.index(a.user)].history[full]
     finally:
         srv.stop()
         store.close()
@@ -128,10 +129,10 @@ def test_rows_stored_before_the_checks_are_passed_over(tmp_path) -> None:
         with connect(srv.url, token) as dev:
             page = dev.get("/queries")
             assert page.status_code == 200
-            assert [q["id"] for q in page.json()["queries"]] == [GOOD.id]
+            assert [q["id"] for q in page.json()["queries"]] == [f"alice/{GOOD.id}"]
             a = _agents(tmp_path)[0]
             assert poll_once(dev, a) == 4
-        assert a.history[GOOD.id]["status"] == "ok"
+        assert a.history[f"alice/{GOOD.id}"]["status"] == "ok"
     finally:
         srv.stop()
         store.close()

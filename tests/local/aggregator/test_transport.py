@@ -211,6 +211,6 @@ def test_agent_command_with_its_credential_file(server, tmp_path: Path, capsys) 
         assert [r["status"] for r in mine] == ["rejected"] and "publisher" in mine[0]["reason"]
         assert cli_main([*base, "--ledger", str(tmp_path / "b.sqlite"), "--budget", "3"]) == 0
         out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-        assert "cli-q" in out["answered"]
+        assert "alice/cli-q" in out["answered"]  # ids are namespaced per analyst
         mine = [r for r in collect(analyst, "cli-q") if r["user"] == "cli1"]  # the refusal replaced
     assert len(mine) == 1 and mine[0]["status"] == "ok" and mine[0]["result"] in ("yes", "no")
