@@ -5,15 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-import numpy as np
-
 from dprivacy.cli.common import add_inputs, guard, inputs_from, nonneg_int
 from dprivacy.cli.exits import UsageError
 from dprivacy.cli.files import check_out
 from dprivacy.cli.params import metrics_help
 from dprivacy.cli.progress import Steps
-from dprivacy.cli.report import report_text
+from dprivacy.cli.report import summary_text
 from dprivacy.design import LOSSES, METHODS, design
+from dprivacy.workload import Workload
 
 EXAMPLE = """example (files in the source tree's examples/ folder):
   dprivacy design --universe examples/cities.csv --metric geodesic --param eps_per_km=0.05 \\
@@ -36,9 +35,11 @@ def cmd_design(args: argparse.Namespace) -> int:
             raise UsageError(f"--method closed_form designs a single query but --queries "
                              f"{args.queries!r} has m = {W.m}; use --method exact (or another "
                              "multi-query method)")
-        if args.method == "strategy" and (plot is not None or args.n is not None):
-            raise UsageError("--method strategy takes neither --plot nor --n (a strategy "
-                             "mechanism is unbiased and uses the number of records exactly)")
+        if args.method == "strategy" and args.n is not None:
+            raise UsageError("--method strategy does not take --n (a strategy mechanism is "
+                             "unbiased and uses the number of records exactly)")
+        if args.method != "strategy" and not isinstance(W, Workload):
+            W = _explicit(W, args)  # noqa: N806
         with steps.step(f"design ({args.method}, N = {U.N}, m = {W.m})"), \
                 guard(f"design --method {args.method}"):
             if args.method == "strategy":
@@ -46,17 +47,23 @@ def cmd_design(args: argparse.Namespace) -> int:
 
                 d: Any = design_strategy(W, U, M, time_limit=args.time_limit)
             else:
+                assert isinstance(W, Workload)
                 d = design(W, U, M, method=args.method, loss=args.loss, n=args.n)
         with steps.step("report"), guard("report"):
             from dprivacy.config import MechanismConfig
 
             cfg = MechanismConfig.from_design(W, U, M, d)
-            text = strategy_text(W, d) if args.method == "strategy" else report_text(W, U, M, d)
+            text = summary_text(W, U, M, d, all_rows=args.all_rows)
         with steps.step("export"), guard(f"--out {args.out!r}"):
             path = cfg.save(out)
         if plot is not None:
             with steps.step("plot"), guard(f"--plot {args.plot!r}"):
-                d.plot(W, U, M, path=plot)
+                if args.method == "strategy":
+                    from dprivacy.plotting import plot_strategy
+
+                    plot_strategy(d, W, path=plot)
+                else:
+                    d.plot(W, U, M, path=plot)
     print(text)
     if plot is not None:
         print(f"picture of the design written to {plot}")
@@ -65,21 +72,16 @@ def cmd_design(args: argparse.Namespace) -> int:
     return 0
 
 
-def strategy_text(W: Any, d: Any) -> str:
-    """Summary of a strategy design: measurements, expected error, bound, per-query std."""
-    sd = np.sqrt(d.query_variances())
-    lines = [f"strategy mechanism: {d.p} noisy measurements (Lap(1) each) answer {W.m} queries "
-             f"by least squares ({d.report.get('start', '?')} start, {d.basis.kind} basis)",
-             f"expected total squared error {d.expected_squared_error():.6g}"
-             + ("" if d.lower_bound is None else
-                f" (no strategy can do better than {d.lower_bound:.6g})"),
-             "query  std"]
-    names = W.query_names()
-    for k in range(min(W.m, 20)):
-        lines.append(f"{names[k]}  {sd[k]:.6g}")
-    if W.m > 20:
-        lines.append(f"... ({W.m - 20} more; std from {sd.min():.4g} to {sd.max():.4g})")
-    return "\n".join(lines)
+def _explicit(W: Any, args: argparse.Namespace) -> Workload:  # noqa: N803
+    """An implicit workload written out for a (w, beta) method (small ones only)."""
+    from dprivacy.errors import ValidationError
+
+    try:
+        return W.to_workload()
+    except ValidationError:
+        raise UsageError(f"--workload {args.workload} has m = {W.m} queries, too many to write "
+                         f"out for --method {args.method}; use --method strategy, which "
+                         "designs from its Gram matrix without writing it out") from None
 
 
 def _require_matplotlib() -> None:
@@ -98,7 +100,7 @@ def _inputs_text(args: argparse.Namespace) -> str:
     for flag in ("key", "coords"):
         if getattr(args, flag):
             parts.append(f"--{flag} {getattr(args, flag)}")
-    parts.append(f"--queries {args.queries}")
+    parts.append(f"--workload {args.workload}" if args.workload else f"--queries {args.queries}")
     return " ".join(parts)
 
 
@@ -120,6 +122,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--n", type=nonneg_int, default=None, metavar="RECORDS",
                    help="number of records, if public (enables the shrinkage w < 1)")
     s.add_argument("--out", required=True, metavar="JSON", help="config file to write")
+    s.add_argument("--all-rows", action="store_true",
+                   help="print every query's row (default: the worst few, and every row of a "
+                        "workload of at most 10 queries)")
     s.add_argument("--plot", default=None, metavar="PNG",
                    help="also draw the design: noise per query against the eps_min baseline, "
                         "and the pairs whose constraint binds over the universe's points (a "

@@ -20,7 +20,7 @@ from dprivacy.cli.exits import (
     one_line,
 )
 from dprivacy.cli.files import to_numbers
-from dprivacy.cli.inputs import BUILTIN, load_universe, load_workload
+from dprivacy.cli.inputs import BUILTIN, implicit_workload, load_universe, load_workload
 from dprivacy.cli.params import METRICS, MIN_BUDGET, MetricSpec, make_metric, spec_of
 from dprivacy.errors import (
     BudgetExceededError,
@@ -34,6 +34,8 @@ from dprivacy.workload import Workload
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from dprivacy.implicit_workload import ImplicitWorkload
 
 #: Library and parser failures that mean "this input is wrong" when raised while reading it.
 INPUT_FAILURES = (DPrivacyError, ValueError, TypeError, KeyError, IndexError, OverflowError,
@@ -115,9 +117,15 @@ def add_universe_metric(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
 def add_inputs(p: argparse.ArgumentParser) -> None:
     """--universe, --key, --coords, --metric, --param, --queries (all from the caller)."""
     g = add_universe_metric(p)
-    g.add_argument("--queries", required=True, metavar="FILE",
+    q = g.add_mutually_exclusive_group(required=True)
+    q.add_argument("--queries", metavar="FILE",
                    help="query matrix, one query per row: .npy (m, N) or .csv (optional header "
                         "row of element names, optional first column of query names)")
+    q.add_argument("--workload", metavar="KIND",
+                   help="instead of --queries: every range or prefix of a line ('ranges', "
+                        "'prefixes'), every rectangle of a grid ('rectangles'; never written "
+                        "out: for --method strategy), or the K-way marginals of a product "
+                        "universe ('marginals:K')")
 
 
 @dataclass(frozen=True)
@@ -126,7 +134,7 @@ class Inputs:
 
     universe: Universe
     metric: Metric
-    workload: Workload
+    workload: Workload | ImplicitWorkload
     spec: MetricSpec
 
 
@@ -165,5 +173,8 @@ def universe_and_metric(args: argparse.Namespace) -> tuple[Universe, Metric, Met
 def inputs_from(args: argparse.Namespace) -> Inputs:
     """Read and check the universe, metric and workload named by the arguments."""
     U, M, spec, _ = universe_and_metric(args)  # noqa: N806
-    W = load_workload(args.queries, U)  # noqa: N806
+    if getattr(args, "workload", None):
+        W: Workload | ImplicitWorkload = implicit_workload(args.workload, U)  # noqa: N806
+    else:
+        W = load_workload(args.queries, U)  # noqa: N806
     return Inputs(U, M, W, spec)

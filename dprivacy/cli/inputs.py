@@ -9,13 +9,14 @@ numeric; key values are compared as the text written in the files.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dprivacy.cli.exits import InputError, UsageError
 from dprivacy.cli.files import _line, read_csv, read_npy, to_numbers
 from dprivacy.cli.params import MetricSpec
+from dprivacy.errors import DPrivacyError
 from dprivacy.universe import Universe
 from dprivacy.workload import Workload
 
@@ -23,7 +24,12 @@ if TYPE_CHECKING:
     import pandas as pd
 
 BUILTIN = ("builtin:us_cities", "builtin:us_cities:STATES (e.g. :CA,NV)", "builtin:us_cities:top=N",
-           "builtin:example1")
+           "builtin:example1", "builtin:line:N (points 0..N-1, records name them 0..N-1)",
+           "builtin:grid:NXxNY (points (a, b), a < NX, b < NY, records name them a_b)")
+#: the largest built-in line or grid (the strategy's Gram matrix of the workload is N x N)
+MAX_BUILTIN_N = 65_536
+#: the implicit workloads of ``--workload``
+WORKLOADS = ("ranges", "prefixes", "rectangles", "marginals:K")
 #: Coordinates and query coefficients are refused beyond this magnitude (products would overflow).
 MAX_VALUE = 1e100
 #: Non-zero query coefficients below this magnitude are refused (1 / |F| would overflow: a query
@@ -126,6 +132,9 @@ def load_universe(path: str, spec: MetricSpec, key: str | None = None,
         df = us_cities_subset(load_us_cities(), path).astype(str)
     elif path == "builtin:example1":
         df = load_example1().drop(columns="label").astype(str)
+    elif path.startswith(("builtin:line:", "builtin:grid:")):
+        df = _lattice(path)
+        coords = coords or ("x" if path.startswith("builtin:line:") else "x,y")
     elif path.startswith("builtin:"):
         raise UsageError(f"--universe {path!r} is not a built-in universe; choose "
                          f"{', '.join(BUILTIN)}")
@@ -135,6 +144,65 @@ def load_universe(path: str, spec: MetricSpec, key: str | None = None,
     if key is None and path.startswith("builtin:us_cities"):
         key = "name,state"
     return universe_from_table(df, where, spec, key, coords), df
+
+
+def _lattice(path: str) -> pd.DataFrame:
+    """The points of ``builtin:line:N`` (0, 1, ..., N-1) or ``builtin:grid:NXxNY`` (element
+    a * NY + b at (a, b)), as a table of strings; the key column ``name`` ("17", "3_5") is what
+    records give."""
+    import pandas as pd
+
+    spec = path.split(":", 2)[2].strip().lower()
+    try:
+        dims = [int(t) for t in spec.split("x")]
+    except ValueError:
+        dims = []
+    want = 1 if path.startswith("builtin:line:") else 2
+    if len(dims) != want or min(dims) < 1 or int(np.prod(dims)) < 2 or \
+            int(np.prod(dims)) > MAX_BUILTIN_N:
+        raise UsageError(f"--universe {path!r}: give " + ("builtin:line:N" if want == 1 else
+                         "builtin:grid:NXxNY") + f" with 2 to {MAX_BUILTIN_N} elements, e.g. "
+                         + ("builtin:line:256" if want == 1 else "builtin:grid:64x64"))
+    if want == 1:
+        x = [str(a) for a in range(dims[0])]
+        return pd.DataFrame({"name": x, "x": x})
+    a, b = np.divmod(np.arange(dims[0] * dims[1]), dims[1])
+    return pd.DataFrame({"name": [f"{i}_{j}" for i, j in zip(a.tolist(), b.tolist(), strict=True)],
+                         "x": a.astype(str), "y": b.astype(str)})
+
+
+def implicit_workload(text: str, U: Universe) -> Any:  # noqa: N803
+    """The workload named by ``--workload`` over the universe ``U``: every range or prefix of a
+    line, every rectangle of a grid (an :class:`~dprivacy.ImplicitWorkload`, never written out),
+    or the K-way marginals of a product universe (a sparse :class:`Workload`)."""
+    from dprivacy.implicit_workload import ImplicitWorkload
+
+    where = f"--workload {text!r}"
+    kind, _, k = text.strip().partition(":")
+    try:
+        if kind in ("ranges", "prefixes") and not k:
+            W: Any = (ImplicitWorkload.all_ranges(U.N) if kind == "ranges"
+                      else ImplicitWorkload.all_prefixes(U.N))
+        elif kind == "rectangles" and not k:
+            W = ImplicitWorkload.all_rectangles(*_grid_shape(U, where))
+        elif kind == "marginals" and k.strip().isdigit():
+            return Workload.marginals(U, k=int(k))
+        else:
+            raise UsageError(f"{where}: choose one of {', '.join(WORKLOADS)} (K a whole number, "
+                             "e.g. marginals:2)")
+        W.check_universe(U)
+    except DPrivacyError as exc:
+        raise UsageError(f"{where}: {exc}") from None
+    return W
+
+
+def _grid_shape(U: Universe, where: str) -> tuple[int, int]:  # noqa: N803
+    if U.coords is not None and U.coords.shape[1] == 2:
+        return (int(np.unique(U.coords[:, 0]).size), int(np.unique(U.coords[:, 1]).size))
+    if U.coords is None and len(U.key_columns) == 2:
+        return tuple(int(U.elements[c].nunique()) for c in U.key_columns)  # type: ignore[return-value]
+    raise UsageError(f"{where}: rectangles need a universe of 2-D points on a full grid (e.g. "
+                     "builtin:grid:64x64) or of two key attributes")
 
 
 def us_cities_subset(cities: pd.DataFrame, path: str, where: str | None = None) -> pd.DataFrame:

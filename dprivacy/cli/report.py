@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -43,6 +43,96 @@ def design_table(W: Workload, U: Universe, M: Metric, d: Design) -> pd.DataFrame
     return pd.DataFrame({"query": W.query_names(), "range": W.ranges(),
                          "baseline_noise": baseline, "designed_noise": d.noise_scale, "w": d.w,
                          "IF": per, "alone_noise": c, "IF_alone": alone_if})
+
+
+#: rows the report shows without --all-rows (every row when the workload has at most this many)
+WORST = 10
+
+
+def _exact_warning(names: list[str], exact: np.ndarray, m: int) -> str | None:
+    if exact.size == 0:
+        return None
+    shown = ", ".join(repr(names[k]) for k in exact[:5]) + (", ..." if exact.size > 5 else "")
+    return (f"warning: {exact.size} of {m} queries ({shown}) are released EXACTLY, with no "
+            "noise: their answer never changes when a record moves (e.g. the total count); "
+            "d_X-privacy hides where a record is, not how many records there are")
+
+
+def _error_lines(var: np.ndarray, lower_bound: float | None) -> list[str]:
+    total = float(np.sum(var))
+    line = (f"expected total squared error {total:.6g} (RMSE {np.sqrt(total / var.size):.6g} "
+            f"per query)")
+    if lower_bound is not None and lower_bound > 0:
+        gap = total / lower_bound - 1.0
+        line += (f"; certified lower bound {lower_bound:.6g} (no strategy does better), gap "
+                 f"{100 * gap:.3g} %")
+    return [line]
+
+
+def _rows(table: pd.DataFrame, std: np.ndarray, all_rows: bool) -> list[str]:
+    """The worst queries by standard deviation (every row with ``all_rows`` or a short list)."""
+    m = len(table)
+    if all_rows or m <= WORST:
+        head = "every query:"
+        shown = table
+    else:
+        order = np.argsort(-std, kind="stable")[:WORST]
+        head = (f"the {WORST} worst of {m} queries (largest standard deviation; every row: "
+                "--all-rows):")
+        shown = table.iloc[order]
+    return [head, shown.to_string(index=False, float_format=lambda v: f"{v:.4g}")]
+
+
+def summary_text(W: Any, U: Universe, M: Metric, d: Any, *,  # noqa: N803
+                 all_rows: bool = False) -> str:
+    """The report of any design, (w, beta) or strategy, in one format: the inputs, the method
+    and its privacy ratio, the expected total squared error and RMSE (with the certified lower
+    bound and its gap when known), the exact-answer warning, and the worst queries by standard
+    deviation (every row with ``all_rows``)."""
+    import pandas as pd
+
+    names = W.query_names()
+    head = f"universe N = {U.N}, metric {M!r}, m = {W.m} queries"
+    if getattr(d, "method", "") == "strategy" or hasattr(d, "basis"):
+        var = np.asarray(d.query_variances(), dtype=float)
+        std = np.sqrt(np.maximum(var, 0.0))
+        lines = [head,
+                 f"design: method strategy, {d.p} noisy measurements answer the {W.m} queries by "
+                 f"least squares ({d.report.get('start', '?')} start, {d.basis.kind} basis), "
+                 f"max privacy ratio {d.max_ratio:.9f} (<= 1 is private)"]
+        lines += _error_lines(var, d.lower_bound)
+        exact = np.flatnonzero(std <= 1e-9 * max(float(std.max(initial=0.0)), 1e-300))
+        table = pd.DataFrame({"query": names, "std": std})
+    else:
+        t = design_table(W, U, M, d)
+        std = np.sqrt(2.0) * np.asarray(d.noise_scale, dtype=float)
+        lines = [head + f", eps_min = {M.eps_min(U):.6g}, Delta F = {W.sensitivity():.6g}",
+                 f"design: method {d.method}, loss {d.loss}, max privacy ratio "
+                 f"{d.max_ratio(W):.9f} (<= 1 is private)"]
+        lb = d.report.get("lower_bound") if isinstance(d.report, dict) else None
+        lines += _error_lines(std ** 2, None if lb is None else float(lb))
+        if np.any(np.asarray(d.w) < 1):
+            lines[-1] += " (noise only; w < 1 adds the shrinkage bias)"
+        exact = np.flatnonzero(np.isinf(d.beta) & (np.asarray(d.w) > 0))
+        if t["IF"].isna().any():  # w = 0: the query is answered by 0, not released
+            t["IF"] = [f"{v:.4g}" if v == v else "w=0" for v in t["IF"]]
+        t.insert(1, "std", std)
+        table = t
+    warn = _exact_warning(names, exact, W.m)
+    if warn:
+        lines.append(warn)
+    lines += _rows(table, std, all_rows)
+    if "IF" in table.columns:
+        lines.append(f"geometric-mean IF: {float(improvement_factor(W, U, M, d)):.4g}")
+        lines.append(
+            "(std: standard deviation of the noise, sqrt(2) / beta_k; baseline_noise: Laplace "
+            "scale of the eps_min-DP baseline,\n Delta F / eps_min; designed_noise: 1 / beta_k; "
+            "IF = baseline_noise / designed_noise; alone_noise: the noise if the query\n were "
+            "released on its own; IF_alone = baseline_noise / alone_noise)")
+    else:
+        lines.append("(std: standard deviation of each least-squares answer; the noise of each "
+                     "measurement is Lap(1))")
+    return "\n".join(lines)
 
 
 def report_text(W: Workload, U: Universe, M: Metric, d: Design) -> str:  # noqa: N803
