@@ -22,12 +22,14 @@ from dprivacy.local.device.budget import PersonalBudget
 from dprivacy.local.device.policy import PublicPolicy
 from dprivacy.local.device.sandbox import Outcome, Sandbox, SandboxUnavailableError
 from dprivacy.local.dx_randomiser import OptimalRandomiser, optimal_randomiser
+from dprivacy.local.estimation import FrequencyEstimate, NotIdentifiableError, estimate_frequencies
 from dprivacy.local.query import Code, Query
 from dprivacy.local.randomiser import MatrixRandomiser, ProductRandomiser, Randomiser, randomiser_from_json
 
 __all__ = [
-    "Code", "DXCheck", "MatrixRandomiser", "OptimalRandomiser", "Outcome", "PersonalBudget",
-    "ProductRandomiser", "PublicPolicy", "Query", "Randomiser", "Sandbox", "SandboxUnavailableError",
-    "UserAgent", "check_dx", "cost", "dx_cost", "optimal_randomiser", "pair_loss", "product_cost",
+    "Code", "DXCheck", "FrequencyEstimate", "MatrixRandomiser", "NotIdentifiableError",
+    "OptimalRandomiser", "Outcome", "PersonalBudget", "ProductRandomiser", "PublicPolicy", "Query",
+    "Randomiser", "Sandbox", "SandboxUnavailableError", "UserAgent", "check_dx", "cost", "dx_cost",
+    "estimate_frequencies", "optimal_randomiser", "pair_loss", "product_cost",
     "randomiser_from_json", "require_non_expansive", "sequential_cost", "validate_stochastic",
 ]

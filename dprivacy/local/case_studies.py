@@ -25,6 +25,7 @@ import numpy as np
 
 from dprivacy.errors import ValidationError
 from dprivacy.local.builtins import rr_scale
+from dprivacy.local.estimation import check_identifiable
 from dprivacy.local.query import Code, Query
 from dprivacy.local.randomiser import MatrixRandomiser, ProductRandomiser
 from dprivacy.local.simulation import simulate
@@ -71,7 +72,10 @@ def warner_estimate(reports: Any, T: Any, outputs: Sequence[Any] | None = None) 
     """Unbiased input frequencies from reports of a square invertible ``T``: ``f = o T^{-1}``.
 
     ``reports`` are output labels (``outputs``, default indices). For 2-coin RR and 1000 users
-    this is ``(y - 250)/500`` (Paper IV §2.3).
+    this is ``(y - 250)/500`` (Paper IV §2.3). A ``T`` that cannot tell its inputs apart
+    (singular or ill-conditioned) is refused with
+    :class:`dprivacy.local.estimation.NotIdentifiableError`; for any ``T`` and standard errors
+    see :func:`dprivacy.local.estimation.estimate_frequencies`.
 
     Examples
     --------
@@ -79,6 +83,10 @@ def warner_estimate(reports: Any, T: Any, outputs: Sequence[Any] | None = None) 
     [0.3, 0.7]
     """
     Tm = np.asarray(T, dtype=float)  # noqa: N806
+    if Tm.ndim != 2 or Tm.shape[0] != Tm.shape[1]:
+        raise ValidationError(f"T has shape {Tm.shape}: Warner's estimate inverts a square T; "
+                              "use estimate_frequencies for any T")
+    check_identifiable(Tm)
     k = Tm.shape[1]
     if outputs is not None:
         index = {v: i for i, v in enumerate(outputs)}
