@@ -36,11 +36,12 @@ import numpy as np
 
 from dprivacy.errors import ValidationError
 from dprivacy.tables import quantiles
-from dprivacy.tables.params import eps_arg, frac_arg, range_arg
+from dprivacy.tables.params import eps_arg, frac_arg, range_arg, real
 from dprivacy.tables.randomness import NoiseSource
 from dprivacy.tables.relations.protocol import Relation, ValueSpec
 
-__all__ = ["Plan", "ScorePlan", "count_plan", "sum_plan", "average_plan", "order_statistic_plan",
+__all__ = ["Plan", "ScorePlan", "count_plan", "sum_plan", "gaussian_count_plan",
+           "gaussian_sum_plan", "average_plan", "order_statistic_plan",
            "exponential_plan", "value_spec"]
 
 Plan = Callable[[Relation, NoiseSource], Any]
@@ -97,6 +98,35 @@ def sum_plan(eps: Any, f: ValueSpec, lo: Any, hi: Any) -> tuple[float, Plan]:
         return float(noise.add_laplace(rel.clamped_sum(f, a, b), scale))
 
     return e, run
+
+
+def _rho(rho: Any) -> float:
+    r = real(rho, "rho")
+    if not (r > 0 and math.isfinite(r)):
+        raise ValidationError(f"rho = {rho!r}: a zCDP cost is a finite number > 0")
+    return r
+
+
+def gaussian_count_plan(rho: Any) -> tuple[float, Plan]:
+    """(rho, plan of |T| + exact discrete Gaussian of sigma = 1/sqrt(2 rho)): sensitivity 1, so
+    the Rényi divergence of order α is α / (2 sigma²) = α rho (rho-zCDP)."""
+    r = _rho(rho)
+    sigma = _scale(1.0, math.sqrt(2.0 * r))
+
+    def run(rel: Relation, noise: NoiseSource) -> float:
+        return float(noise.add_discrete_gaussian(int(rel.count()), sigma))
+    return r, run
+
+
+def gaussian_sum_plan(rho: Any, f: ValueSpec, lo: Any, hi: Any) -> tuple[float, Plan]:
+    """(rho, plan of Σ clamp(f(x), lo, hi) + N(0, sigma²)), sigma = max(|lo|, |hi|)/sqrt(2 rho)."""
+    r = _rho(rho)
+    a, b = range_arg(lo, hi)
+    sigma = _scale(max(abs(a), abs(b)), math.sqrt(2.0 * r))
+
+    def run(rel: Relation, noise: NoiseSource) -> float:
+        return float(noise.add_gaussian(rel.clamped_sum(f, a, b), sigma))
+    return r, run
 
 
 def average_plan(eps: Any, f: ValueSpec, lo: Any, hi: Any) -> tuple[float, Plan]:

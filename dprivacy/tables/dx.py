@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from dprivacy.errors import ShapeError, ValidationError
-from dprivacy.tables.budgets.agents import Agent, charge
+from dprivacy.tables.budgets.agents import Agent
 from dprivacy.tables.integer_release import integer_release
 from dprivacy.tables.relations import rowwise
 from dprivacy.tables.relations.protocol import ElementCosts, Relation
@@ -113,6 +113,8 @@ class _PinqLike(Protocol):
 
     def cost(self, eps: float) -> float: ...
 
+    def _pay_pure(self, eps: float) -> None: ...
+
 
 class _ProPerLike(Protocol):
     """What a ProPer histogram reads of its :class:`~dprivacy.tables.proper.ProPerTable`."""
@@ -159,7 +161,7 @@ class PinqHistogram:
         plan = _Plan(workload, design, self.universe, metric, t.columns)
         c = float(plan.costs.max(initial=0.0))
         if c > 0:
-            charge(t._agent, c)
+            t._pay_pure(c)  # c, or c²/2 on a table in zCDP mode
         return plan.release(plan.histogram(t._rel), t._noise)
 
 

@@ -19,6 +19,17 @@ one record at a time and made total (see :mod:`dprivacy.tables.relations.rowwise
 Ibis expression (``t.where(_.age > 17)``) inspected by the row-wise checker. Every argument is
 checked before anything is charged, and nothing after the charge can raise because of the data.
 
+**zCDP mode.** ``Queryable(df, rho=R)`` holds a zCDP budget R instead of a pure one (Bun &
+Steinke 2016; docs/theory.md, "Gaussian noise and metric zCDP"): :meth:`gaussian_count` and
+:meth:`gaussian_sum` add Gaussian noise (``sigma = Delta / sqrt(2 rho)``: Delta^2 / (2 sigma^2) =
+rho) and charge their rho; every pure-ε aggregation still works and is charged ε²/2 (ε-DP
+implies ε²/2-zCDP, their Proposition 1.4); a c-stable transformation multiplies a charge by c²
+(a record then moves an answer by up to c: zCDP grows with the square of the sensitivity, their
+Proposition 1.9 / Lemma 2.4). Partitions still cost the maximum (disjoint parts: a record is in
+one). Transformations that combine two protected tables, and random samples, are refused in
+zCDP mode: their PINQ charges add the sides' costs, which under zCDP would undercharge (the
+sensitivities add before they are squared).
+
 Durable budgets: ``Queryable(df, budget, ledger=path_or_Ledger, source="name")`` keeps the root
 budget in an SQLite ledger (:mod:`.durable`): every aggregation's charge commits there before the
 answer is computed, and processes sharing the file never overspend together.
@@ -47,7 +58,7 @@ from dprivacy.tables.budgets.durable import LedgerBudgetAgent
 from dprivacy.tables.budgets.ledger import Ledger
 from dprivacy.tables.dx import PinqHistogram
 from dprivacy.tables.grouped import GroupedTable
-from dprivacy.tables.params import count_arg, eps_arg
+from dprivacy.tables.params import count_arg, eps_arg, real
 from dprivacy.tables.queries import NoisyQueries
 from dprivacy.tables.randomness import NoiseSource
 from dprivacy.tables.relations.dispatch import (
@@ -83,7 +94,9 @@ class Queryable(NoisyQueries):
         ledger: None (default): the budget lives in this object only. A
             :class:`~dprivacy.tables.Ledger` or the path of its SQLite file: the budget is
             durable and shared by every process and run that opens the file.
-        source: the name of the data source in the ledger (its budget record ``pinq:<source>``).
+        source: the name of the data source in the ledger (its budget record ``pinq:<source>``;
+            ``pinq:zcdp:<source>`` in zCDP mode).
+        rho: instead of ``budget``: a zCDP budget (zCDP mode, see the module doc).
         backend: "pandas", "duckdb", "spark" or None (pandas for a DataFrame, else the engine).
         noise_seed: data owner's setting, None (default) for secure noise; an int makes the
             noise reproducible (simulations only: not floating-point-safe, and whoever knows the
@@ -100,17 +113,27 @@ class Queryable(NoisyQueries):
     def __init__(
         self, data: Any, budget: float | None = None, *,
         ledger: Ledger | str | os.PathLike | None = None, source: str = "default",
-        backend: str | None = None, noise_seed: int | None = None,
+        backend: str | None = None, noise_seed: int | None = None, rho: float | None = None,
     ) -> None:
         noise = NoiseSource(noise_seed)
         root: BudgetAgent
+        zcdp = rho is not None
+        if zcdp and budget is not None:
+            raise ValidationError("give budget= (pure ε) or rho= (zCDP), not both")
+        if zcdp:
+            budget = real(rho, "rho")
+            if not budget > 0:
+                raise ValidationError(f"rho = {rho!r}: a zCDP budget is a finite number > 0")
         if ledger is None:
             if budget is None:
                 raise ValidationError("budget is required (or pass ledger= to continue a stored "
                                       "source's budget)")
             root = BudgetAgent(budget)
         else:
-            root = LedgerBudgetAgent(ledger, source, budget)
+            if not isinstance(source, str) or not source:
+                raise ValidationError(f"source = {source!r}: expected a non-empty string")
+            root = LedgerBudgetAgent(ledger, f"zcdp:{source}" if zcdp else source, budget)
+        root.notion = "zcdp" if zcdp else "pure"
         self._rel: Relation = relation_for(data, backend)
         # a pandas frame without a backend moves to DuckDB when the analyst writes expressions
         self._frame = data if backend is None and is_pandas(self._rel) else None
@@ -151,16 +174,62 @@ class Queryable(NoisyQueries):
         vals = [getattr(r, "last_query_id", None) for r in self._roots]
         return vals[0] if len(vals) == 1 else vals
 
+    @property
+    def zcdp(self) -> bool:
+        """True in zCDP mode (the budget is a rho; see the module doc)."""
+        return any(getattr(r, "notion", "pure") == "zcdp" for r in self._roots)
+
+    def _charge_of(self, eps: float) -> float:
+        """What an ε-DP answer is charged: ε, or ε²/2 in zCDP mode."""
+        return eps * eps / 2.0 if self.zcdp else eps
+
     def cost(self, eps: float) -> float:
-        """Total budget an ε-query on this table would take now (``tv ? s`` of FW-PINQ Fig. 4)."""
-        return cost(self._agent, eps_arg(eps), self._roots)
+        """Total budget an ε-query on this table would take now (``tv ? s`` of FW-PINQ Fig. 4;
+        in zCDP mode the rho of it: s² ε²/2)."""
+        return cost(self._agent, self._charge_of(eps_arg(eps)), self._roots)
 
     def _pay_then(self, eps: float, plan: agg.Plan) -> Any:
-        charge(self._agent, eps)
+        charge(self._agent, self._charge_of(eps))
+        return plan(self._rel, self._noise)
+
+    def _pay_pure(self, eps: float) -> None:
+        """Charge an ε-DP release computed elsewhere (d_X histograms): ε, or ε²/2 in zCDP mode."""
+        charge(self._agent, self._charge_of(eps))
+
+    # ------------------------------------------------------------------ zCDP (Gaussian) queries
+    def _zcdp_only(self, what: str) -> None:
+        if not self.zcdp:
+            raise ValidationError(f"{what} adds Gaussian noise and is charged a zCDP rho: open "
+                                  "the table in zCDP mode, Queryable(data, rho=R)")
+
+    def gaussian_count(self, rho: float) -> float:
+        """|T| + exact discrete Gaussian noise of sigma = 1/sqrt(2 rho) (zCDP mode; charged
+        rho, times s² on a table of stability s).
+
+        Examples:
+            >>> t = Queryable(pd.DataFrame({"age": [10, 20, 30]}), rho=1.0)
+            >>> _ = t.where(lambda r: r["age"] > 17).gaussian_count(rho=0.25)
+            >>> t.remaining_budget()
+            0.75
+        """
+        self._zcdp_only("gaussian_count")
+        r, plan = agg.gaussian_count_plan(rho)
+        charge(self._agent, r)
+        return plan(self._rel, self._noise)
+
+    def gaussian_sum(self, rho: float, f: Any = None, lo: float = -1.0, hi: float = 1.0) -> float:
+        """Σ clamp(f(x), lo, hi) + N(0, sigma²), sigma = max(|lo|, |hi|)/sqrt(2 rho) (zCDP mode;
+        OpenDP's floating-point-safe Gaussian; charged rho, times s² on a table of stability s).
+        ``f`` as for :meth:`noisy_sum`."""
+        self._zcdp_only("gaussian_sum")
+        r, plan = agg.gaussian_sum_plan(rho, self._value(f), lo, hi)
+        charge(self._agent, r)
         return plan(self._rel, self._noise)
 
     # ------------------------------------------------------------------ unary transformations
     def _unary(self, rel: Relation, stability: float) -> Queryable:
+        if self.zcdp:  # zCDP grows with the square of the sensitivity
+            stability = stability * stability
         agent = self._agent if stability == 1 else UnaryAgent(self._agent, stability)
         return Queryable._derive(rel, agent, self._roots, self._noise)
 
@@ -276,6 +345,14 @@ class Queryable(NoisyQueries):
 
     def _binary(self, rel: Relation, other_agent: Agent | None, other_roots: list[BudgetAgent],
                 c_self: float = 1, c_other: float = 1) -> Queryable:
+        if other_agent is not None and (self.zcdp or any(
+                getattr(r, "notion", "pure") == "zcdp" for r in other_roots)):
+            raise ValidationError(
+                "combining two protected tables is not available in zCDP mode: PINQ adds the "
+                "two sides' charges, and under zCDP the sensitivities add before they are "
+                "squared; query each table on its own (or join a public DataFrame)")
+        if self.zcdp:
+            c_self = c_self * c_self
         a = self._agent if c_self == 1 else UnaryAgent(self._agent, c_self)
         if other_agent is not None:
             b = other_agent if c_other == 1 else UnaryAgent(other_agent, c_other)

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from dprivacy import discrete_noise, noise
+from dprivacy import discrete_noise, gaussian_noise, noise
 from dprivacy.errors import ValidationError
 
 __all__ = ["NoiseSource"]
@@ -74,6 +74,20 @@ class NoiseSource:
         if self._gen is None:
             return discrete_noise.discrete_laplace(scale, secure=True)
         return discrete_noise.discrete_laplace(scale, rng=self._gen, secure=False)
+
+    def add_gaussian(self, values: Any, sigma: Any) -> Any:
+        """``values + N(0, sigma²)`` (OpenDP's exact, floating-point-safe sampler unless seeded)."""
+        if self._gen is None:
+            return gaussian_noise.add_gaussian(values, sigma, secure=True)
+        return gaussian_noise.add_gaussian(values, sigma, rng=self._gen, secure=False)
+
+    def add_discrete_gaussian(self, value: int, sigma: float) -> float:
+        """An integer answer plus exact discrete Gaussian noise (integer arithmetic)."""
+        if self._gen is None:
+            z = gaussian_noise.discrete_gaussian(sigma, 1, secure=True)
+        else:
+            z = gaussian_noise.discrete_gaussian(sigma, 1, rng=self._gen, secure=False)
+        return float(int(value) + int(z[0]))
 
     def choice(self, log_weights: Any) -> int:
         """An index k with probability ∝ exp(log_weights[k]) (the exponential mechanism)."""

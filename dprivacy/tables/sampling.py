@@ -122,6 +122,9 @@ def _split(q: Queryable, kind: str, param: float, sigma: Sigma
         raise ValidationError(
             f"sampling needs a PINQ Queryable, got a {type(q).__name__}: samplers are not "
             "union-preserving, so a ProPerTable must go through as_pinq(eps) first")
+    if q.zcdp:
+        raise ValidationError("random samples are not available on a table in zCDP mode (their "
+                              "probabilistic stabilities are stated for pure ε)")
     return q._rel.sample(kind, param, q._noise.secret())
 
 

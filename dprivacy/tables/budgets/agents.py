@@ -76,6 +76,9 @@ class PublicAgent(Agent):
 class BudgetAgent(Agent):
     """The root: a global budget B. Accepts ε iff ε ≤ remaining (FW-PINQ Query rule, Fig. 1)."""
 
+    #: what the budget counts: "pure" (ε) or "zcdp" (rho; a PINQ table in zCDP mode)
+    notion: str = "pure"
+
     def __init__(self, budget: float) -> None:
         b = real(budget, "budget")
         if b < 0:
