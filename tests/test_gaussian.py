@@ -359,3 +359,23 @@ def test_gaussian_config_records_noise_and_notion_and_is_reverified_on_load(tmp_
         dp.MechanismConfig.load(tmp_path / "bad.json", U, M, W)
     with pytest.raises(jsonschema.ValidationError):
         validator().validate(bad)
+
+
+def test_gaussian_strategy_config_keeps_its_noise_and_rho(tmp_path):
+    import json
+
+    U = dp.Universe.from_points(np.arange(8.0))
+    M = metrics.Euclidean(0.5)
+    W = dp.Workload.range_queries(8, [(0, 3), (2, 6), (1, 7), (4, 5)])
+    d = dp.design_strategy(W, U, M, noise="gaussian", rho=0.4)
+    cfg = dp.MechanismConfig.from_design(W, U, M, d)
+    doc = cfg.to_dict()
+    assert doc["design"]["strategy"]["noise"] == "gaussian"
+    assert doc["design"]["strategy"]["rho"] == 0.4
+    mech = dp.MechanismConfig.load(cfg.save(tmp_path / "s.json"), U, M, W).to_mechanism()
+    assert mech.design.noise == "gaussian" and mech.release_notion == "zcdp"
+    assert mech.release_cost == pytest.approx(0.4 * mech.max_ratio_, rel=1e-8)
+    doc["design"]["strategy"]["rho"] = 0.3  # the same strategy claimed at a smaller rho
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    with pytest.raises(PrivacyViolationError):
+        dp.MechanismConfig.load(tmp_path / "bad.json", U, M, W)

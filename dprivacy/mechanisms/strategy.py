@@ -403,6 +403,8 @@ def strategy_to_json(design: StrategyDesign) -> dict[str, Any]:
         out.update(indptr=S.indptr.tolist(), indices=S.indices.tolist(), data=S.data.tolist())
     else:
         out["dense"] = np.asarray(C, dtype=np.float64).ravel().tolist()
+    if design.noise == "gaussian":  # rows get N(0, 1): rho-zCDP per unit of the metric
+        out.update(noise="gaussian", notion="zcdp", rho=float(check_rho(design.rho)))
     return out
 
 
@@ -424,6 +426,14 @@ def strategy_from_json(doc: Any, workload: Workload | ImplicitWorkload,
                               np.asarray(doc["indices"], dtype=np.int64),
                               np.asarray(doc["indptr"], dtype=np.int64)), shape=(p, K))
             C.check_format(full_check=True)
+        noise = doc.get("noise", "laplace")
+        if noise not in ("laplace", "gaussian"):
+            raise ValidationError(f"unknown strategy noise {noise!r}")
+        rho = None
+        if noise == "gaussian":
+            if doc.get("notion") != "zcdp":
+                raise ValidationError("a Gaussian strategy has notion 'zcdp'")
+            rho = check_rho(doc["rho"], "the strategy's rho")
     except (KeyError, TypeError, ValueError, SolverError) as exc:
         raise ValidationError(f"malformed strategy: {exc}") from exc
     vals = sp.csr_array(C).data if is_sparse(C) else C
@@ -431,4 +441,4 @@ def strategy_from_json(doc: Any, workload: Workload | ImplicitWorkload,
         raise ValidationError("the strategy has NaN or infinite entries")
     M, o, X, z = _maps_for(workload, C, basis)
     return StrategyDesign(workload, C, basis, M, o, report=dict(report or {}),
-                          constraints=constraints, X=X, z=z)
+                          constraints=constraints, X=X, z=z, noise=noise, rho=rho)
