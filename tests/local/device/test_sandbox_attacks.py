@@ -97,7 +97,10 @@ SYSCALLS = {
     "inotify_init": "libc.syscall(253)",
     "fanotify_init": "libc.syscall(300, 0, 0)",
     "sysinfo": "libc.sysinfo(ctypes.create_string_buffer(256))",
+    "inotify_add_watch": "libc.syscall(254, -1, b'/usr', 0x20)",  # EBADF without the filter
+    "fanotify_mark": "libc.syscall(301, -1, 1, 0x20, -100, b'/usr')",  # EBADF without the filter
     "fcntl F_NOTIFY": "libc.fcntl(os.open('/usr', os.O_RDONLY), 1026, 0x80000001)",
+    "fcntl F_SETLEASE": "libc.fcntl(os.open('/usr/bin', os.O_RDONLY), 1024, 0)",
     "socketpair AF_INET": "libc.socketpair(2, 1, 0, ctypes.create_string_buffer(8))",
 }
 
