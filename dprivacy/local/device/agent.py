@@ -150,8 +150,9 @@ class UserAgent:
 
         Never raises on a bad or hostile query: a malformed or refused query gets
         ``status="rejected"`` with a public reason and charges nothing. With ``pad=True`` an
-        answered query returns :func:`step_seconds` after this call started, whatever ``pre``
-        did; a step not done by then returns the default (T of a random domain element).
+        answered query's output is ready :func:`step_seconds` after this call started, whatever
+        ``pre`` did (it is then stored in the ledger and returned); a step not done by then
+        returns the default (T of a random domain element drawn before the data was read).
         """
         start = time.monotonic()
         raw_id = query.id if isinstance(query, Query) else \
