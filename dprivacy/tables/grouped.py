@@ -83,8 +83,8 @@ _Spec = Count | Sum | Mean
 
 
 class _Table(Protocol):
-    """What a grouping needs of its PINQ or ProPer table (:class:`~dprivacy.tables.queries.
-    NoisyQueries`)."""
+    """What a grouping needs of its PINQ or ProPer table (a
+    :class:`~dprivacy.tables.queries.NoisyQueries`)."""
 
     _rel: Relation
 

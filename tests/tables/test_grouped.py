@@ -39,9 +39,15 @@ def test_one_row_per_public_key_with_the_exact_values(backend: str, kind: str) -
 
 
 def test_spark_gives_the_same_answers(spark) -> None:  # noqa: ANN001 (the session fixture)
-    t = Queryable(spark.createDataFrame(DF), budget=1e9)
+    sdf = spark.createDataFrame(DF)
+    t = Queryable(sdf, budget=1e9)
     out = t.group_by(keys=KEYS, column="zip").agg(2e6, n=Count(), s=Sum("inc", 0, 100))
     np.testing.assert_allclose(out[["n", "s"]].to_numpy(), [[3, 6], [2, 30], [0, 0]], atol=1e-2)
+    p = ProPerTable(sdf, budget=2e5, id_column="pid")
+    first = p.group_by(keys=KEYS, column="zip").agg(2e5, n=Count(), m=Mean("inc", 0, 100))
+    np.testing.assert_allclose(first.to_numpy(), [[3, 2], [2, 15], [0, 50]], atol=1e-2)
+    last = p.group_by(keys=["a", "x"], column="zip").count(1e5)  # the a's are exhausted
+    assert {k: round(v) for k, v in last.items()} == {"a": 0, "x": 1}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
