@@ -99,7 +99,7 @@ def _proper_rows(cfg: Any, src: Any) -> tuple[list[dict[str, Any]], dict[str, An
 
 
 def _g(x: float) -> str:
-    return f"{x:.6g}"
+    return f"{x:.10g}"
 
 
 def cmd_budgets(args: argparse.Namespace) -> int:
