@@ -8,6 +8,7 @@ from typing import Any
 from dprivacy.cli.common import add_inputs, guard, inputs_from, nonneg_int
 from dprivacy.cli.exits import UsageError
 from dprivacy.cli.files import check_out
+from dprivacy.cli.gaussian_cli import add_noise_args, check_design_args, gaussian_text
 from dprivacy.cli.params import metrics_help
 from dprivacy.cli.progress import Steps
 from dprivacy.cli.report import summary_text
@@ -30,6 +31,7 @@ def cmd_design(args: argparse.Namespace) -> int:
     with Steps(names, desc="dprivacy design") as steps:
         with steps.step("read inputs"):
             inp = inputs_from(args)
+        noise = check_design_args(args)
         W, U, M = inp.workload, inp.universe, inp.metric  # noqa: N806
         if args.method == "closed_form" and W.m != 1:
             raise UsageError(f"--method closed_form designs a single query but --queries "
@@ -45,19 +47,30 @@ def cmd_design(args: argparse.Namespace) -> int:
             if args.method == "strategy":
                 from dprivacy.mechanisms.strategy import design_strategy
 
-                d: Any = design_strategy(W, U, M, time_limit=args.time_limit)
+                gauss = {"noise": "gaussian", "rho": args.rho} if noise == "gaussian" else {}
+                d: Any = design_strategy(W, U, M, time_limit=args.time_limit, **gauss)
             else:
                 assert isinstance(W, Workload)
-                d = design(W, U, M, method=args.method, loss=args.loss, n=args.n)
+                if noise == "gaussian":
+                    d = design(W, U, M, noise="gaussian", rho=args.rho, loss=args.loss)
+                else:
+                    d = design(W, U, M, method=args.method, loss=args.loss, n=args.n)
         with steps.step("report"), guard("report"):
             from dprivacy.config import MechanismConfig
 
             cfg = MechanismConfig.from_design(W, U, M, d)
-            text = summary_text(W, U, M, d, all_rows=args.all_rows)
+            if noise == "gaussian":
+                text = gaussian_text(args.rho, M, U, args.delta, getattr(d, "sigma", None))
+                if args.method == "strategy":
+                    text = summary_text(W, U, M, d, all_rows=args.all_rows) + "\n" + text
+            else:
+                text = summary_text(W, U, M, d, all_rows=args.all_rows)
         with steps.step("export"), guard(f"--out {args.out!r}"):
             path = cfg.save(out)
         if plot is not None:
             with steps.step("plot"), guard(f"--plot {args.plot!r}"):
+                if noise == "gaussian" and args.method != "strategy":
+                    raise UsageError("--plot draws Laplace designs and strategies")
                 if args.method == "strategy":
                     from dprivacy.plotting import plot_strategy
 
@@ -122,6 +135,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--n", type=nonneg_int, default=None, metavar="RECORDS",
                    help="number of records, if public (enables the shrinkage w < 1)")
     s.add_argument("--out", required=True, metavar="JSON", help="config file to write")
+    add_noise_args(s, design=True)
     s.add_argument("--all-rows", action="store_true",
                    help="print every query's row (default: the worst few, and every row of a "
                         "workload of at most 10 queries)")

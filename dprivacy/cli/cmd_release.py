@@ -23,6 +23,7 @@ from dprivacy.cli.common import add_inputs, budget_arg, guard, inputs_from, nonn
 from dprivacy.cli.configs import load_config
 from dprivacy.cli.exits import BudgetError, CLIError, InputError, UsageError, one_line
 from dprivacy.cli.files import check_out, read_csv, write_text
+from dprivacy.cli.gaussian_cli import add_noise_args, expect_config
 from dprivacy.cli.inputs import histogram
 from dprivacy.cli.params import metrics_help
 from dprivacy.errors import BudgetExceededError, ValidationError
@@ -38,6 +39,9 @@ multiples of the metric: a release of a config designed for the metric costs 1 (
 ratio, alpha <= 1), and k releases on the same records are (k * alpha) * d_X-private. Give
 --budget K the first time a budget name is used; afterwards the stored K is used (a different
 --budget is refused). A budget is tied to the universe and metric it was first used with.
+A Gaussian config (design --noise gaussian --rho R) is charged to a zCDP budget of the same name
+(--budget then counts rho per unit of the metric): releases of it cost R each, and Laplace
+configs released with --budget-notion zcdp are charged rho = alpha in the same budget.
 """
 
 #: Ledger record that ties a budget name to one (universe, metric) fingerprint.
@@ -71,8 +75,9 @@ def _check_ledger_path(path: str) -> Path:
     return p
 
 
-def _open_budget(args: argparse.Namespace, metric_fingerprint: str) -> Any:
-    """The durable accountant named ``--budget-name`` in ``--ledger`` (created with --budget)."""
+def _open_budget(args: argparse.Namespace, metric_fingerprint: str, notion: str = "pure") -> Any:
+    """The durable accountant named ``--budget-name`` in ``--ledger`` (created with --budget):
+    pure (multiples of the metric) or zCDP (rho per unit of the metric)."""
     from dprivacy.accounting import Accountant
     from dprivacy.tables.budgets.ledger import Ledger
 
@@ -87,7 +92,8 @@ def _open_budget(args: argparse.Namespace, metric_fingerprint: str) -> Any:
             raise UsageError(f"{where}: {exc}; give the path of a ledger written by dprivacy "
                              "(or a new path)") from exc
         try:
-            acc = Accountant.durable(ledger, total=args.budget, name=args.budget_name)
+            amount = {"total": args.budget} if notion == "pure" else {"rho": args.budget}
+            acc = Accountant.durable(ledger, **amount, name=args.budget_name, notion=notion)
         except ValidationError as exc:
             text = one_line(exc)
             if "has no release budget" in text:
@@ -95,7 +101,7 @@ def _open_budget(args: argparse.Namespace, metric_fingerprint: str) -> Any:
                                  "in multiples of the metric, e.g. --budget 3 for three "
                                  "releases)") from exc
             if "was created with" in text:
-                stored = Accountant.durable(ledger, None, name=args.budget_name)
+                stored = Accountant.durable(ledger, None, name=args.budget_name, notion=notion)
                 raise UsageError(f"{where} was created with a total of {stored.total:.9g} "
                                  f"({_amount(stored.remaining)} left), not --budget {args.budget:g}: "
                                  "drop --budget to continue it, or use another --budget-name"
@@ -122,14 +128,19 @@ def cmd_release(args: argparse.Namespace) -> int:
     _check_ledger_path(args.ledger)
     inp = inputs_from(args)
     cfg = load_config(args.config, inp)
-    if cfg.kind not in ("laplace", "strategy"):
+    noise, rho = expect_config(cfg, args, args.config)
+    if cfg.kind not in ("laplace", "strategy", "gaussian"):
         raise UsageError(f"CONFIG {args.config!r} is a mechanism of kind {cfg.kind!r}: the command line "
                          "releases Laplace and strategy configs (made by design or demo); release this one "
                          "from Python with an Accountant")
     mech = cfg.to_mechanism()
     records = read_csv(args.records, "--records")
     x = histogram(inp.universe, records, f"--records {args.records!r}", args.count_column)
-    acc = _open_budget(args, cfg.identity["metric"]["fingerprint"])
+    notion = args.budget_notion or ("zcdp" if noise == "gaussian" else "pure")
+    if noise == "gaussian" and notion == "pure":
+        raise UsageError("--budget-notion pure: a Gaussian release has no pure-epsilon cost; "
+                         "charge it to a zCDP budget (--budget-notion zcdp, the default for it)")
+    acc = _open_budget(args, cfg.identity["metric"]["fingerprint"], notion)
     secure = args.seed is None
     if not secure:
         print("warning: --seed uses numpy's sampler, which is not floating-point safe; "
@@ -142,9 +153,13 @@ def cmd_release(args: argparse.Namespace) -> int:
         raise
     except BudgetExceededError as exc:  # pragma: no cover (guard maps it)
         raise BudgetError(f"{where}: {one_line(exc)}") from exc
+    unit = "x the metric" if notion == "pure" else "rho per unit of the metric"
     if cfg.kind == "strategy":  # least-squares answers: their standard deviations
         table = pd.DataFrame({"query": inp.workload.query_names(), "answer": y,
                               "std": np.sqrt(mech.query_variances())})
+    elif cfg.kind == "gaussian":
+        table = pd.DataFrame({"query": inp.workload.query_names(), "answer": y,
+                              "sigma": mech.noise_scale})
     else:
         table = pd.DataFrame({"query": inp.workload.query_names(), "answer": y,
                               "noise_scale": mech.noise_scale, "w": mech.design.w})
@@ -154,12 +169,21 @@ def cmd_release(args: argparse.Namespace) -> int:
         write_text(out, buf.getvalue(), "--out")
     except (OSError, CLIError) as exc:
         raise InputError(f"--out {args.out!r}: cannot write the answers ({one_line(exc, 200)}); "
-                         f"the release was charged ({_amount(mech.release_cost)} x the metric) "
+                         f"the release was charged ({_amount(_charged(mech, notion))} {unit}) "
                          "but no answer was written or shown") from exc
     print(f"released {inp.workload.m} answers for n = {float(np.sum(x)):g} records to {out}; "
-          f"charged {_amount(mech.release_cost)} x the metric, "
+          f"charged {_amount(_charged(mech, notion))} {unit}, "
           f"{_amount(acc.remaining)} of {_amount(acc.total)} left in {where}")
     return 0
+
+
+def _charged(mech: Any, notion: str) -> float:
+    """What the release cost in the budget's notion (a pure alpha is charged rho = alpha)."""
+    from dprivacy.accounting import pure_to_zcdp
+
+    if notion == "zcdp" and mech.release_notion == "pure":
+        return pure_to_zcdp(mech.release_cost)
+    return float(mech.release_cost)
 
 
 def _amount(v: float) -> str:
@@ -189,6 +213,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--budget-name", default="default", metavar="NAME",
                    help="name of the budget in the ledger (default 'default'; one per "
                         "protected data set)")
+    s.add_argument("--budget-notion", choices=("pure", "zcdp"), default=None,
+                   help="what the budget counts: 'pure' (multiples of the metric; default for "
+                        "Laplace configs) or 'zcdp' (rho per unit of the metric; default for "
+                        "Gaussian configs; a Laplace release of alpha is charged rho = alpha, so "
+                        "both kinds compose in one zCDP budget)")
+    add_noise_args(s, design=False)
     s.add_argument("--seed", type=nonneg_int, default=None,
                    help="seeded numpy sampler (simulation only; default: OpenDP's safe sampler)")
     add_inputs(s)

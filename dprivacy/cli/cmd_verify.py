@@ -6,6 +6,7 @@ import argparse
 
 from dprivacy.cli.common import add_inputs, inputs_from
 from dprivacy.cli.configs import load_config
+from dprivacy.cli.gaussian_cli import add_noise_args, expect_config, gaussian_text
 from dprivacy.cli.params import metrics_help
 
 EXAMPLE = """example (files in the source tree's examples/ folder):
@@ -17,10 +18,16 @@ EXAMPLE = """example (files in the source tree's examples/ folder):
 def cmd_verify(args: argparse.Namespace) -> int:
     inp = inputs_from(args)
     cfg = load_config(args.config, inp)
-    ratio = cfg.to_mechanism().max_ratio_
+    noise, rho = expect_config(cfg, args, args.config)
+    mech = cfg.to_mechanism()
+    ratio = mech.max_ratio_
     print(f"OK: {args.config} matches the universe (N = {inp.universe.N}), metric "
           f"{inp.metric!r} and workload (m = {inp.workload.m}) given; max privacy ratio "
           f"{ratio:.9f} <= 1 over all constrained pairs")
+    if noise == "gaussian":
+        assert rho is not None
+        print(gaussian_text(rho, inp.metric, inp.universe, args.delta,
+                            getattr(mech.design, "sigma", None)))
     return 0
 
 
@@ -35,4 +42,5 @@ def register(sub: argparse._SubParsersAction) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("config", metavar="CONFIG", help="config JSON written by design or demo")
     add_inputs(s)
+    add_noise_args(s, design=False)
     s.set_defaults(func=cmd_verify)

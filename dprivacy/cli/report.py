@@ -130,8 +130,9 @@ def summary_text(W: Any, U: Universe, M: Metric, d: Any, *,  # noqa: N803
             "IF = baseline_noise / designed_noise; alone_noise: the noise if the query\n were "
             "released on its own; IF_alone = baseline_noise / alone_noise)")
     else:
+        row_noise = "N(0, 1)" if getattr(d, "noise", "laplace") == "gaussian" else "Lap(1)"
         lines.append("(std: standard deviation of each least-squares answer; the noise of each "
-                     "measurement is Lap(1))")
+                     f"measurement is {row_noise})")
     return "\n".join(lines)
 
 
