@@ -9,6 +9,7 @@ from solvers import ConstraintSet
 from solvers.errors import InfeasibleError, SolverError
 from solvers.strategy.gaussian import centre_gram, pair_budgets, solve_gaussian
 from solvers.strategy.gaussian_design import optimize_gaussian_strategy
+from solvers.strategy.gaussian_line import line_ranges_strategy
 from solvers.strategy.implicit import range_gram, rectangle_gram
 
 
@@ -149,3 +150,31 @@ def test_bad_input():
         solve_gaussian(np.eye(4), B)
     with pytest.raises(SolverError, match="Gram"):
         optimize_gaussian_strategy(None, ConstraintSet.dense(eps), rho=1.0)
+
+
+@pytest.mark.parametrize("kind", ["linear", "superlinear"])
+def test_line_closed_form_matches_the_dense_solver(kind):
+    N = 30
+    ell = np.arange(N, dtype=float)
+    b = 0.3 * ell if kind == "linear" else 0.3 * ell + 0.05 * ell**2
+    sol = line_ranges_strategy(N, b)
+    assert sol.gap <= 1e-8
+    B = b[np.abs(np.subtract.outer(np.arange(N), np.arange(N)))]
+    np.fill_diagonal(B, np.inf)
+    ref = solve_gaussian(range_gram(N), B, tol=1e-6)
+    assert sol.error == pytest.approx(ref.error, rel=2e-6)
+    assert ref.bound <= sol.error and sol.bound <= ref.error
+    assert _error(range_gram(N), sol.A) == pytest.approx(sol.error, rel=1e-8)
+    assert _ratio_from_columns(sol.A, B) <= 1.0
+
+
+def test_line_closed_form_reports_a_gap_when_far_pairs_bind():
+    N = 20
+    ell = np.arange(N, dtype=float)
+    b = np.sqrt(ell)  # sublinear: long ranges bind, the edge dual is no longer tight
+    sol = line_ranges_strategy(N, b)
+    B = b[np.abs(np.subtract.outer(np.arange(N), np.arange(N)))]
+    np.fill_diagonal(B, np.inf)
+    assert _ratio_from_columns(sol.A, B) <= 1.0
+    assert sol.gap > 1e-3 and sol.bound <= sol.error
+    assert solve_gaussian(range_gram(N), B, tol=1e-4).error <= sol.error
