@@ -12,12 +12,14 @@ outweigh a few bytes per person they are folded into a new snapshot (*compaction
 temporary file, synced, renamed over the store).
 
 **Compaction off the query path.** By default the snapshot is written by a background thread
-(at the lowest CPU priority): the query that crosses the threshold only starts it and answers
+(at a low CPU priority): the query that crosses the threshold only starts it and answers
 at once. The thread rebuilds the budgets from the file itself (its snapshot and records up to
 that query: nothing in memory is copied or locked), compresses them into
 ``<path>.tmp<pid>.bg`` and syncs it in slices (so that a query's own commit never waits behind
 the whole snapshot), then, holding the lock, appends the records committed meanwhile and renames
-the file over the store. If the store was replaced in between (another process compacted or
+the file over the store. Should the thread fall far behind (records beyond three times the
+threshold: a starved CPU), the query compacts on its own path, so the file stays bounded. If
+the store was replaced in between (another process compacted or
 registered people) the copy is dropped. ``background=False`` compacts on the query's path.
 
 **Crash safety.** A record is appended with one ``write`` and ``fsync`` (the commit) before
@@ -70,6 +72,8 @@ from dprivacy.tables.budgets.slot_records import (
 __all__ = ["SlotStore", "LedgerLockTimeout", "RowsChanged"]
 
 _SYNC_SLICE = 4 << 20  # a background snapshot is written and synced 4 MiB at a time
+_NICE = 10  # the background compaction's CPU priority (Linux threads): below the queries'
+_BACKSTOP = 3  # records beyond this many times the threshold: compact on the query's path
 COMPACT_BYTES_PER_SLOT = 4  # fold the records into a snapshot beyond this many bytes per person
 
 
@@ -122,6 +126,7 @@ class SlotStore:
         self._ino: int | None = None
         self._off = 0
         self._log_bytes = 0
+        self._blobs: tuple[bytes, int, bytes, int] | None = None
 
     # ------------------------------------------------------------------ locking
     def locked(self) -> _Locked:
@@ -321,10 +326,11 @@ class SlotStore:
         limit = (COMPACT_BYTES_PER_SLOT * self.size + (1 << 20) if self.compact_bytes is None
                  else self.compact_bytes)
         if self.path is not None and self._log_bytes > limit:
-            if self.background:
+            running = self._bg is not None and self._bg.is_alive()
+            if self.background and not (running and self._log_bytes > _BACKSTOP * limit):
                 self._start_compaction()
-            else:
-                self._write_snapshot()
+            else:  # no background, or it fell far behind (a starved CPU): the file stays bounded
+                self._write_snapshot()  # (a running background copy then finds it stale)
 
     def _start_compaction(self) -> None:
         """Copy the budgets and fold them into a snapshot in a background thread. Inside
@@ -341,7 +347,7 @@ class SlotStore:
         tmp = f"{self.path}.tmp{os.getpid()}.bg"
         try:
             try:  # this thread only (Linux): queries keep the CPU while a snapshot compresses
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), _NICE)
             except (AttributeError, OSError):
                 pass
             if state is None:
@@ -413,7 +419,7 @@ class SlotStore:
         _fsync_dir(self.path)
         self._ino, self._off, self._log_bytes = os.stat(self.path).st_ino, len(data), 0
 
-    def _load(self) -> None:
+    def _load(self, keep_blobs: bool = False) -> None:
         assert self.path is not None
         with open(self.path, "rb") as f:
             ino = os.fstat(f.fileno()).st_ino
@@ -436,6 +442,8 @@ class SlotStore:
         self.initial = np.frombuffer(_unpack(blobs[1], raw[1]), np.int64).copy()
         self.remaining = np.frombuffer(_unpack(blobs[2], raw[2]), np.int64).copy()
         self.queries = json.loads(_unpack(blobs[3], raw[3]) or b"[]")
+        if keep_blobs:  # ids and initial budgets as compressed, for a snapshot that reuses them
+            self._blobs = (blobs[0], int(raw[0]), blobs[1], int(raw[1]))
         self.next_id, self.next_query = int(meta["next_id"]), int(meta["next_query"])
         self._index = None
         self._ino, self._off, self._log_bytes = ino, off, 0
@@ -531,7 +539,7 @@ def _replayed(path: str, ino: int | None, off: int) -> tuple[Any, ...] | None:
     copy = SlotStore(None)
     copy.path = path
     try:
-        copy._load()
+        copy._load(keep_blobs=True)
         if copy._ino != ino or copy._off > off:
             return None
         with open(path, "rb") as f:
@@ -542,16 +550,21 @@ def _replayed(path: str, ino: int | None, off: int) -> tuple[Any, ...] | None:
     finally:
         copy.path = None
     return (None if copy.identity() else copy.ids, copy.initial, copy.remaining,
-            copy.queries, copy.next_id, copy.next_query)
+            copy.queries, copy.next_id, copy.next_query, copy._blobs)
 
 
 def _snapshot_bytes(ids: np.ndarray | None, initial: np.ndarray, remaining: np.ndarray,
-                    queries: list[list[Any]], next_id: int, next_query: int) -> bytes:
+                    queries: list[list[Any]], next_id: int, next_query: int,
+                    packed: tuple[bytes, int, bytes, int] | None = None) -> bytes:
     """The snapshot: magic, header, compressed arrays and query log, CRC-32 (``ids`` None:
-    slot i holds person i)."""
+    slot i holds person i; ``packed``: ids and initial budgets already compressed, with their
+    sizes, as an earlier snapshot holds them — records never change either)."""
     log = json.dumps(queries).encode()
-    blobs = [b"" if ids is None else _pack(ids), _pack(initial), _pack(remaining), _pack(log)]
-    raw = [0 if ids is None else ids.nbytes, initial.nbytes, remaining.nbytes, len(log)]
+    if packed is None:
+        packed = (b"" if ids is None else _pack(ids), 0 if ids is None else ids.nbytes,
+                  _pack(initial), initial.nbytes)
+    blobs = [packed[0], packed[2], _pack(remaining), _pack(log)]
+    raw = [packed[1], packed[3], remaining.nbytes, len(log)]
     meta = json.dumps({"n": int(remaining.size), "identity": ids is None, "next_id": next_id,
                        "next_query": next_query, "blobs": [len(b) for b in blobs],
                        "raw": raw}).encode()

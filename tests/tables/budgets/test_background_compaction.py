@@ -36,13 +36,14 @@ def _blocked_snapshots(monkeypatch):
         return real(*a)
 
     monkeypatch.setattr(slot_store, "_snapshot_bytes", slow)
+    monkeypatch.setattr(slot_store, "_BACKSTOP", 10**6)  # the test decides when it is far behind
     return started, release
 
 
 def test_records_committed_during_a_background_compaction_are_kept(tmp_path, monkeypatch):
     path = str(tmp_path / "b.dpb")
     s = _store(path)
-    s.compact_bytes = 0
+    s.compact_bytes = 1
     started, release = _blocked_snapshots(monkeypatch)
     _charge(s, range(0, 500))                      # crosses the threshold: compaction starts
     assert started.wait(10)
@@ -69,7 +70,7 @@ def test_records_committed_during_a_background_compaction_are_kept(tmp_path, mon
 def test_a_copy_made_stale_by_another_process_is_dropped(tmp_path, monkeypatch):
     path = str(tmp_path / "b.dpb")
     s = _store(path)
-    s.compact_bytes = 0
+    s.compact_bytes = 1
     started, release = _blocked_snapshots(monkeypatch)
     _charge(s, range(10))
     assert started.wait(10)
@@ -108,3 +109,25 @@ def test_a_dead_process_temporary_copy_is_removed_on_open(tmp_path):
     junk.write_bytes(b"half a snapshot")
     SlotStore(path).close()
     assert not junk.exists()
+
+
+def test_a_starved_background_compaction_does_not_let_the_file_grow(tmp_path, monkeypatch):
+    path = str(tmp_path / "b.dpb")
+    s = _store(path)
+    started, release = _blocked_snapshots(monkeypatch)
+    monkeypatch.setattr(slot_store, "_BACKSTOP", 3)
+    _charge(s, range(10))
+    record = os.path.getsize(path) - s._off + s._log_bytes  # one record's bytes
+    s.compact_bytes = record                                 # the next charge crosses it
+    _charge(s, range(10))
+    assert started.wait(10)
+    ino = os.stat(path).st_ino
+    _charge(s, range(10))
+    _charge(s, range(10))                                    # 4 records > 3 x the threshold
+    assert os.stat(path).st_ino != ino                       # compacted on the query's path
+    release.set()
+    s.wait_for_compaction(30)
+    s.close()
+    final = SlotStore(path)
+    with final.locked():
+        assert list((10**9 - final.remaining[:11]) // 1000) == [4] * 10 + [0]
