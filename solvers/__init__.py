@@ -80,7 +80,7 @@ def design(F: object, constraints: ConstraintSet, method: str = "exact", loss: s
         which constraint generation stops. max_rounds : round limit (method specific).
     working_set_bytes : "exact" and "bcd" refuse at once (SolverError naming the strategy
         route) when their first working set of constraint rows would exceed this many bytes
-        (default :data:`solvers.convex.WORKING_SET_BYTES`, 4 GiB).
+        (default :data:`solvers.memory.WORKING_SET_BYTES`, 4 GiB).
     engine : run full scans on it (:class:`solvers.distributed.LocalProcesses`,
         :class:`solvers.distributed.DaskEngine`); scans with a geometric index stay local.
 
@@ -102,15 +102,17 @@ def design(F: object, constraints: ConstraintSet, method: str = "exact", loss: s
         raise SolverError(f"constraints must be a ConstraintSet, got {type(constraints).__name__}")
     if n is not None and (not np.isfinite(n) or n <= 0):
         raise SolverError(f"n must be a positive number of records, got {n}")
+    A = as_operand(F, constraints.N)
+    if method in ("exact", "bcd"):  # before the solvers (and cvxpy) load: a quick refusal
+        from solvers.memory import WORKING_SET_BYTES, check_working_set
+
+        check_working_set(A.shape[0], constraints, working_set_bytes or WORKING_SET_BYTES)
     from solvers.bcd import bcd, shrinkage
     from solvers.closed_form import closed_form
-    from solvers.convex import WORKING_SET_BYTES, check_working_set, exact
+    from solvers.convex import exact
     from solvers.joint import joint
     from solvers.strategies import budget_sharing, equal_split, uniform
 
-    A = as_operand(F, constraints.N)
-    if method in ("exact", "bcd"):
-        check_working_set(A.shape[0], constraints, working_set_bytes or WORKING_SET_BYTES)
     if engine is not None:
         constraints = constraints.with_engine(engine)
     before = constraints.stats.snapshot()

@@ -344,8 +344,11 @@ class RemoteTable:
         universe, as :meth:`dprivacy.tables.Queryable.release` (PINQ: charges s·max_i c_i;
         ProPer: each record's c_i, records that cannot pay silently left out).
 
-        ``design``: a :class:`~dprivacy.Design` (made for the universe and metric of
-        :meth:`release_inputs`) or a :class:`~dprivacy.MechanismConfig` of kind ``"laplace"``.
+        ``design``: a :class:`~dprivacy.Design` or :class:`~dprivacy.StrategyDesign` (made for
+        the universe and metric of :meth:`release_inputs`) or a
+        :class:`~dprivacy.MechanismConfig` of kind ``"laplace"`` or ``"strategy"`` (a strategy
+        also releases the number of records with noise, charged as in
+        :mod:`dprivacy.tables.dx`).
         ``universe`` and ``metric``, if given, must be the owner's (the service verifies the
         design against its own, whatever is given here). The service receives only F and the
         config's JSON text, re-verifies them and charges before it counts anything."""

@@ -8,7 +8,9 @@ see :mod:`dprivacy.tables.dx`) reads three kinds of public numbers:
   (``[source.release]`` in the service's TOML file) and published to analysts
   (``GET /v1/sources/{name}/release``), never taken from a request;
 * the **workload** F and the **design** (w, β) are the analyst's: F is sent as numbers, the
-  design as a :class:`~dprivacy.MechanismConfig` JSON text (kind ``"laplace"``), which the
+  design as a :class:`~dprivacy.MechanismConfig` JSON text (kind ``"laplace"``, or
+  ``"strategy"``: A x + Lap(1)^p and the noisy number of records, see
+  :mod:`dprivacy.tables.dx`), which the
   service parses with the strict config loader (:meth:`MechanismConfig.loads`: no NaN,
   Infinity, overflowing floats or huge integers) and re-verifies from scratch against the
   owner's universe and metric (fingerprints of universe, metric and the sent workload, then
@@ -216,15 +218,16 @@ def run_release(t: Any, q: dict[str, Any], inputs: ReleaseInputs | None) -> list
     W = Workload(F)  # noqa: N806
     cfg = MechanismConfig.loads(q["config"], inputs.universe, inputs.metric, W,
                                 where="query.config")
-    if cfg.kind != "laplace":
-        raise ValidationError(f"a table release is a d_X Laplace release; the config is "
-                              f"{cfg.kind!r}")
+    if cfg.kind not in ("laplace", "strategy"):
+        raise ValidationError(f"a table release is a d_X Laplace or strategy release; the "
+                              f"config is {cfg.kind!r}")
     d: Any = cfg.design()
-    w, beta = np.asarray(d.w, dtype=float), np.asarray(d.beta, dtype=float)
-    with np.errstate(divide="ignore"):
-        scale = np.where(w == 0, 0.0, 1.0 / beta)
-    if not (np.all(w >= 0) and np.all(w <= MAX_SCALE) and np.all(scale <= MAX_SCALE)):
-        raise ValidationError(f"the design's w and noise scale 1/beta must lie in [0, "
-                              f"{MAX_SCALE:g}]")
+    if cfg.kind == "laplace":
+        w, beta = np.asarray(d.w, dtype=float), np.asarray(d.beta, dtype=float)
+        with np.errstate(divide="ignore"):
+            scale = np.where(w == 0, 0.0, 1.0 / beta)
+        if not (np.all(w >= 0) and np.all(w <= MAX_SCALE) and np.all(scale <= MAX_SCALE)):
+            raise ValidationError(f"the design's w and noise scale 1/beta must lie in [0, "
+                                  f"{MAX_SCALE:g}]")
     out = t.release(W, d, inputs.universe, metric=inputs.metric)
     return [float(v) for v in np.asarray(out, dtype=float).reshape(-1)]

@@ -16,6 +16,14 @@ the *moving* neighbour, not adding or removing a record, which is what table bud
 * PINQ: the release is (max_i c_i)-DP for add/remove neighbours, so the global charge is
   s · max_i c_i (s = the table's scaling factor), a data-independent amount.
 
+**Strategy designs** (:class:`~dprivacy.StrategyDesign`, or a bound strategy config's design)
+release ``y = A x + Lap(1)^p`` and answer by least squares. Adding a record at element i moves y
+by A e_i, a loss of c_i = ||A e_i||_1; the least-squares answers also use the number of records,
+known exactly under d_X's moving neighbours but not under add/remove, so it is released too, as
+n + Lap(1/ε_n) with ``total_eps`` = ε_n (default max_i c_i), and every record pays c_i + ε_n
+(ProPer; PINQ: s · (max_i c_i + ε_n)). The strategy is re-checked against the metric over every
+constrained pair (or the design's constraint set) before the charge.
+
 The analyst's workload, design and universe are only read for public numbers (F, w, β, the
 element keys), copied into the library's own types before any record is touched, so no analyst
 method ever sees a record or the histogram; every check happens before the charge.
@@ -101,6 +109,83 @@ class _Plan:
         return ElementCosts(self.keys, self.elements.assign(cost=self.costs))
 
 
+def _is_strategy(design: Any) -> bool:
+    from dprivacy.mechanisms.strategy import StrategyDesign
+
+    return isinstance(design, StrategyDesign)
+
+
+class _StrategyPlan:
+    """A strategy release on a table: verified strategy, per-element add/remove costs, release."""
+
+    def __init__(self, workload: Any, design: Any, universe: Any, metric: Any,
+                 columns: list[Any], total_eps: float | None) -> None:
+        import solvers.strategy as st
+        from dprivacy.mechanisms.strategy import StrategyMechanism
+
+        if getattr(design, "noise", "laplace") != "laplace":
+            raise ValidationError("a table releases Laplace strategies (Lap(1) per measurement); "
+                                  f"this design's noise is {design.noise!r}")
+        keys = tuple(str(c) for c in universe.key_columns)
+        missing = [c for c in keys if c not in columns]
+        if missing:
+            raise ValidationError(f"the table lacks the universe's key columns {missing}; it has "
+                                  f"{columns}")
+        # the mechanism's own read-only copies, re-checked over every constrained pair
+        bound = {"universe": universe, "metric": metric} if metric is not None else {}
+        self.mech = StrategyMechanism(workload, design, **bound)
+        if self.mech.workload.N != universe.N:
+            raise ShapeError(f"the workload has N = {self.mech.workload.N} but the universe "
+                             f"N = {universe.N}")
+        d = self.mech.design
+        A = st.materialise(d.C, d.basis)
+        col = np.abs(np.asarray(A)).sum(axis=0)
+        if total_eps is None:
+            total_eps = float(col.max(initial=0.0))
+        if not (np.isfinite(total_eps) and total_eps > 0):
+            raise ValidationError(f"total_eps = {total_eps}: the number of records is released "
+                                  "with Laplace noise of scale 1 / total_eps > 0")
+        self.total_eps = float(total_eps)
+        self.costs = col + self.total_eps
+        self.keys = keys
+        self.elements = pd.DataFrame({c: [rowwise.clean(v) for v in universe.elements[c].tolist()]
+                                      for c in keys})
+        if self.elements.duplicated().any():
+            raise ValidationError("the universe lists an element twice")
+
+    histogram = _Plan.histogram
+    element_cost_table = _Plan.element_cost_table
+
+    def release(self, x: np.ndarray, noise: Any) -> np.ndarray:
+        """y = A x + Lap(1)^p and n + Lap(1 / total_eps); the least-squares answers."""
+        from dprivacy.mechanisms.strategy import _answers
+
+        m = self.mech
+        s = m.design.basis.apply(x.astype(float))
+        y_true = np.asarray(m.design.C @ s, dtype=np.float64).ravel()
+        y = np.asarray(noise.add_laplace(y_true, np.ones(y_true.shape)), dtype=float).ravel()
+        n = np.asarray(noise.add_laplace(np.array([float(np.sum(x))]),
+                                         np.array([1.0 / self.total_eps])), dtype=float)
+        return _answers(m.workload, m.M, m.o, m.X, m.z, y, float(n[0]))
+
+    def answer_variances(self) -> np.ndarray:
+        """Variance of every answer: the strategy's own plus that of the noisy total."""
+        from dprivacy.mechanisms.strategy import _answers
+
+        m = self.mech
+        per_n = _answers(m.workload, m.M, m.o, m.X, m.z, np.zeros(m.design.p), 1.0)  # d/dn
+        return m.query_variances() + per_n ** 2 * 2.0 / self.total_eps ** 2
+
+
+def _plan(workload: Any, design: Any, universe: Any, metric: Any, columns: list[Any],
+          total_eps: float | None) -> Any:
+    if _is_strategy(design):
+        return _StrategyPlan(workload, design, universe, metric, columns, total_eps)
+    if total_eps is not None:
+        raise ValidationError("total_eps applies to strategy designs only")
+    return _Plan(workload, design, universe, metric, columns)
+
+
 class _PinqLike(Protocol):
     """What a PINQ histogram reads of its :class:`~dprivacy.tables.pinq.Queryable`."""
 
@@ -153,12 +238,14 @@ class PinqHistogram:
         c = float(element_costs(workload, design).max(initial=0.0))
         return self._table.cost(c) if c > 0 else 0.0
 
-    def release(self, workload: Any, design: Any, *, metric: Any = None) -> np.ndarray:
+    def release(self, workload: Any, design: Any, *, metric: Any = None,
+                total_eps: float | None = None) -> np.ndarray:
         """Check everything, charge s·max_i c_i (raising ``BudgetExceededError`` before anything
         else), then release (w ⊙ F) x + Lap(1/β) on the table's histogram. ``metric``: check the
-        design against it (needed when the design carries no constraint set)."""
+        design against it (needed when the design carries no constraint set). A strategy design
+        releases A x + Lap(1)^p and the noisy total (``total_eps``; module doc)."""
         t = self._table
-        plan = _Plan(workload, design, self.universe, metric, t.columns)
+        plan = _plan(workload, design, self.universe, metric, t.columns, total_eps)
         c = float(plan.costs.max(initial=0.0))
         if c > 0:
             t._pay_pure(c)  # c, or c²/2 on a table in zCDP mode
@@ -178,11 +265,12 @@ class ProPerHistogram:
     def N(self) -> int:  # noqa: N802
         return int(self.universe.N)
 
-    def release(self, workload: Any, design: Any, *, metric: Any = None) -> np.ndarray:
+    def release(self, workload: Any, design: Any, *, metric: Any = None,
+                total_eps: float | None = None) -> np.ndarray:
         """Charge every source Σ c_i over its records; drop the records of sources that cannot
         pay (silently); release (w ⊙ F) x + Lap(1/β) on the payers' (and ⊥ records')
-        histogram. ``metric``: as in :meth:`PinqHistogram.release`."""
+        histogram. ``metric``, ``total_eps``: as in :meth:`PinqHistogram.release`."""
         t = self._table
-        plan = _Plan(workload, design, self.universe, metric, t.columns)
+        plan = _plan(workload, design, self.universe, metric, t.columns, total_eps)
         eligible = t._eligible(1.0, plan.element_cost_table())
         return plan.release(plan.histogram(eligible), t._noise)

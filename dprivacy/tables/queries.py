@@ -154,10 +154,13 @@ class NoisyQueries:
         return self._pay_then(e, lambda rel, noise: run(rel, noise, score))
 
     # ------------------------------------------------------------ d_X on tables
-    def release(self, workload: Any, design: Any, universe: Any, *, metric: Any = None) -> Any:
+    def release(self, workload: Any, design: Any, universe: Any, *, metric: Any = None,
+                total_eps: float | None = None) -> Any:
         """d_X Laplace release (w⊙F)x + Lap(1/β) of the table's histogram x over ``universe``
-        (see :meth:`histogram`)."""
-        return self.histogram(universe).release(workload, design, metric=metric)
+        (see :meth:`histogram`); a strategy design releases A x + Lap(1)^p and the number of
+        records with Laplace noise of scale 1 / ``total_eps`` (:mod:`dprivacy.tables.dx`)."""
+        return self.histogram(universe).release(workload, design, metric=metric,
+                                                total_eps=total_eps)
 
     def histogram(self, universe: Any, on_unknown: str = "drop") -> Any:  # pragma: no cover
         raise NotImplementedError

@@ -320,3 +320,40 @@ def test_the_default_exists_whenever_the_real_answer_would(service):
     busy.result()
     srv.runner._main.submit(lambda: None).result()
     assert v.remaining_budget() == pytest.approx(3e6)
+
+
+def test_a_strategy_release_through_the_service(service):
+    """A strategy config: re-verified against the owner's universe and metric, the same answers'
+    distribution as in process, PINQ charged s (max_i c_i + total_eps), every ProPer record
+    c_i + total_eps (total_eps = max_i c_i by default, c_i = ||A e_i||_1)."""
+    import solvers.strategy as st
+
+    srv = service(query_seconds=1.5)
+    U, M, W, _d = owner_inputs()  # noqa: N806
+    sd = dp.design_strategy(W, U, M, rounds=1)
+    c = np.abs(st.materialise(sd.C, sd.basis)).sum(axis=0)
+    cost = c + c.max()
+    s = connect(srv.url, key=KEYS["alice"])
+    v, p = s.table("visits"), s.table("people")
+    remote = np.concatenate([v.release(W, sd) - TRUE for _i in range(4)]
+                            + [p.release(W, dp.MechanismConfig.from_design(W, U, M, sd)) - TRUE
+                               for _i in range(2)])
+    assert v.remaining_budget() == pytest.approx(100.0 - 4 * cost.max(), abs=1e-6)
+    charges = proper_charges(srv)
+    city_cost = {"a": cost[0], "b": cost[1], "c": cost[2]}
+    df = residents()
+    per_person = df["city"].map(city_cost).sum()
+    assert [(n, round(tot, 6)) for _q, _l, n, tot in charges] == [(60, round(per_person, 6))] * 2
+    local = np.concatenate([
+        Queryable(df[["city"]], 1e6, noise_seed=i).release(W, sd, U, metric=M) - TRUE
+        for i in range(30)])
+    assert stats.ks_2samp(remote, local).pvalue > 1e-4
+    # a strategy scaled past the owner's metric is refused before any charge
+    doc = json.loads(dp.MechanismConfig.from_design(W, U, M, sd).to_json())
+    strat = doc["design"]["strategy"]
+    key = "dense" if "dense" in strat else "data"
+    strat[key] = [3 * x for x in strat[key]]
+    before = v.remaining_budget()
+    with pytest.raises(PrivacyViolationError):
+        v.release(W, dp.MechanismConfig.from_dict(doc))
+    assert v.remaining_budget() == before
