@@ -36,8 +36,10 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linprog
 
+from solvers.channels.column_lagrangian import solve_by_columns
 from solvers.channels.dantzig_wolfe import dantzig_wolfe
 from solvers.channels.lp_parts import add_ratio_rows, nearest_pairs, new_highs
+from solvers.channels.spanner import graph_edges
 
 __all__ = ["LPResult", "solve_dx_lp", "constraint_pairs"]
 
@@ -46,7 +48,12 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class LPResult:
-    """Solution of :func:`solve_dx_lp`: ``T``, its expected loss, and solver facts."""
+    """Solution of :func:`solve_dx_lp`: ``T``, its expected loss, a lower bound on the optimum,
+    and solver facts.
+
+    ``lower_bound`` bounds the expected loss of every randomiser that satisfies the constraints
+    solved for (every pair, or the spanner's edges); ``-inf`` when the solver stopped without one.
+    """
 
     T: np.ndarray  # noqa: N815
     expected_loss: float
@@ -56,6 +63,14 @@ class LPResult:
     build_seconds: float
     repair_weight: float
     info: dict[str, Any] = field(default_factory=dict)
+    lower_bound: float = -np.inf
+
+    @property
+    def gap(self) -> float:
+        """Relative gap ``(expected_loss - lower_bound) / expected_loss`` (>= 0 up to rounding)."""
+        if not np.isfinite(self.lower_bound):
+            return float("inf")
+        return float((self.expected_loss - self.lower_bound) / max(abs(self.expected_loss), 1e-300))
 
 
 def constraint_pairs(eps: np.ndarray, edges: tuple[np.ndarray, np.ndarray] | None = None,
@@ -168,7 +183,9 @@ def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
                 edges: tuple[np.ndarray, np.ndarray] | None = None, dilation: float = 1.0,
                 method: str = "dantzig_wolfe", neighbours: int = 8, max_rounds: int | None = None,
                 time_limit: float | None = None, lp_solver: str = "simplex",
-                pricing_batch: int | None = None) -> LPResult:
+                pricing_batch: int | None = None, gap: float | None = None,
+                symmetries: list[np.ndarray] | None = None, workers: int = 2,
+                start_duals: np.ndarray | None = None) -> LPResult:
     """Solve the optimal d_X-local randomiser LP.
 
     Parameters
@@ -183,7 +200,15 @@ def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
         Spanner edges: constrain only these pairs with budget ``eps / dilation``.
     dilation : float
         The spanner's dilation δ (>= 1).
-    method : "dantzig_wolfe", "cutting_planes" or "direct"
+    method : "lagrangian", "dantzig_wolfe", "cutting_planes" or "direct"
+        ``"lagrangian"`` decomposes the LP by output column
+        (:func:`solvers.channels.column_lagrangian.solve_by_columns`): one small LP per output
+        (per orbit of outputs under ``symmetries``), coordinated by a master over the row sums,
+        stopped when the master's value is within ``gap`` of a lower bound computed from the
+        pricing LPs' duals (valid whatever the solver's tolerances). Without ``edges``, when the
+        budget matrix is the path metric of a sparse graph
+        (:func:`solvers.channels.spanner.graph_edges`, e.g. a grid under the Manhattan distance)
+        only that graph's edges are constrained, each with its full budget: exact, not a spanner.
         ``"dantzig_wolfe"`` (default) generates the columns of T as rays of the privacy cone
         (:func:`solvers.channels.dantzig_wolfe.dantzig_wolfe`): a master LP with N rows plus one
         small pricing LP per output, stopped when the master's value meets a Lagrangian lower
@@ -208,6 +233,17 @@ def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
     pricing_batch : int, optional
         With ``"dantzig_wolfe"``, the outputs priced per round (default all whose certified
         bound is negative; see :func:`solvers.channels.dantzig_wolfe.dantzig_wolfe`).
+    gap : float, optional
+        With ``"lagrangian"``, stop at this relative gap between the expected loss and the
+        proven lower bound (default 1e-6).
+    symmetries : list of permutations, optional
+        With ``"lagrangian"``, candidate symmetries of the inputs
+        (:func:`solvers.channels.symmetry.square_symmetries`); those that leave ``eps`` and
+        ``prior · loss`` exactly unchanged are used.
+    workers : int
+        With ``"lagrangian"``, pricing LPs solved in parallel.
+    start_duals : array (N,), optional
+        With ``"lagrangian"``, row multipliers to start from (a warm start).
 
     Returns
     -------
@@ -231,29 +267,62 @@ def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
     if dilation < 1:
         raise ValueError(f"dilation = {dilation}: a spanner's dilation is >= 1")
     t0 = time.perf_counter()
+    graph = None
+    if method == "lagrangian" and edges is None and n > 2:
+        graph = graph_edges(e)  # exact: the metric is the path metric of these edges
+        if graph is not None:
+            edges, dilation = graph, 1.0
     x, y, b = constraint_pairs(e, edges, dilation)
     c = (pi[:, None] * L).ravel()
     build = time.perf_counter() - t0
     t1 = time.perf_counter()
-    if method not in ("dantzig_wolfe", "cutting_planes", "direct"):
-        raise ValueError(f"method = {method!r}: use 'dantzig_wolfe', 'cutting_planes' or 'direct'")
+    if method not in ("lagrangian", "dantzig_wolfe", "cutting_planes", "direct"):
+        raise ValueError(f"method = {method!r}: use 'lagrangian', 'dantzig_wolfe', "
+                         "'cutting_planes' or 'direct'")
     if lp_solver not in ("simplex", "ipm"):
         raise ValueError(f"lp_solver = {lp_solver!r}: use 'simplex' or 'ipm'")
-    if method == "dantzig_wolfe":
+    if gap is not None and not (0 <= gap < 1):
+        raise ValueError(f"gap = {gap}: give a relative gap in [0, 1)")
+    lower = -np.inf
+    if method == "lagrangian":
+        from solvers.channels.symmetry import invariant_group
+
+        cost = c.reshape(n, n)
+        group = invariant_group(list(symmetries), [e, cost]) if symmetries else None
+        if group is not None and edges is not None:  # the pair set must be invariant too
+            pairs = np.zeros((n, n), dtype=bool)
+            pairs[x, y] = True
+            group = invariant_group(group, [pairs])
+        cl = solve_by_columns(cost, e, x, y, b, group=group, gap=1e-6 if gap is None else gap,
+                              time_limit=time_limit,
+                              max_rounds=100_000 if max_rounds is None else max_rounds,
+                              workers=workers, start_duals=start_duals)
+        Tx, fun, rows, lower = cl.T, cl.objective, cl.pricing_rows, cl.lower_bound  # noqa: N806
+        info: dict[str, Any] = {"status": cl.status, "rounds": cl.rounds, "pairs": int(x.size),
+                "lower_bound": cl.lower_bound, "columns": cl.columns,
+                "group_order": cl.group_order, "outputs_priced": cl.outputs_priced,
+                "pricing_solves": cl.pricing_solves, "pricing_seconds": cl.pricing_seconds,
+                "master_seconds": cl.master_seconds,
+                "graph_edges": graph is not None,
+                "history": cl.history}
+    elif method == "dantzig_wolfe":
         dw = dantzig_wolfe(c.reshape(n, n), e, x, y, b, time_limit=time_limit,
                            max_rounds=100_000 if max_rounds is None else max_rounds,
                            batch=pricing_batch)
         Tx, fun, rows = dw.T, dw.objective, dw.pricing_rows  # noqa: N806
-        info: dict[str, Any] = {"status": dw.status, "rounds": dw.rounds, "pairs": int(x.size),
+        info = {"status": dw.status, "rounds": dw.rounds, "pairs": int(x.size),
                 "lower_bound": dw.lower_bound, "columns": dw.columns,
                 "pricing_rounds": dw.pricing_rounds, "pricing_solves": dw.pricing_solves,
                 "pricing_seconds": dw.pricing_seconds, "master_seconds": dw.master_seconds,
                 "purged": dw.purged}
+        lower = dw.lower_bound
     elif method == "cutting_planes":
         Tx, fun, rows, rounds, status = _cutting_planes(  # noqa: N806
             c, n, x, y, b, e, neighbours=neighbours, tol=1e-10, time_limit=time_limit,
             max_rounds=200 if max_rounds is None else max_rounds, lp_solver=lp_solver)
         info = {"status": status, "rounds": rounds, "pairs": int(x.size)}
+        if "ptimal" in status:  # the last round's LP is a relaxation: its optimum is a bound
+            lower = fun
     else:  # "direct" (the method was checked above)
         A_ub = _constraints(n, x, y, b)  # noqa: N806
         A_eq = sp.kron(sp.identity(n, format="csr"), np.ones((1, n)), format="csr")  # noqa: N806
@@ -266,12 +335,14 @@ def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
             raise RuntimeError(f"HiGHS found no solution: {res.message}")
         Tx, fun, rows = res.x.reshape(n, n), float(res.fun), int(A_ub.shape[0])  # noqa: N806
         info = {"status": str(res.message), "rounds": 1, "pairs": int(x.size)}
+        if res.status == 0:
+            lower = fun
     solve = time.perf_counter() - t1
-    if "ptimal" not in str(info["status"]):
+    if "ptimal" not in str(info["status"]) and info["status"] not in ("Gap reached", "Stalled"):
         log.warning("the LP stopped before optimality (%s): the repaired T is private but its loss "
                     "may be far from optimal", info["status"])
     T, lam = _repair(Tx, x, y, b)  # noqa: N806
     T.setflags(write=False)
     return LPResult(T=T, expected_loss=float(np.sum(pi[:, None] * T * L)), lp_objective=fun,
                     n_constraints=rows, solve_seconds=solve, build_seconds=build, repair_weight=lam,
-                    info=info)
+                    info=info, lower_bound=float(lower))

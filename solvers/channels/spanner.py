@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["greedy_spanner", "spanner_dilation"]
+__all__ = ["greedy_spanner", "spanner_dilation", "graph_edges"]
 
 
 def greedy_spanner(D: Any, dilation: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # noqa: N803
@@ -77,3 +77,56 @@ def spanner_dilation(D: Any, i: Any, j: Any) -> float:  # noqa: N803
     sp = shortest_path(g, directed=False)
     off = ~np.eye(n, dtype=bool) & (d > 0)
     return float(np.max(sp[off] / d[off]))
+
+
+def graph_edges(D: Any, neighbours: int = 8, rtol: float = 1e-12) -> tuple[np.ndarray, np.ndarray] | None:  # noqa: N803
+    """Edges ``(i, j)`` (i < j) whose path lengths give back the whole metric, or None.
+
+    When ``D`` is the shortest-path metric of a sparse graph (a grid under the Manhattan distance,
+    a road network), constraining a randomiser on that graph's edges alone, each with its own
+    budget ``D[i, j]``, is *exact*: a path of edges of total length ``D[x, x']`` gives the pair
+    constraint of (x, x'), and no budget is divided. The candidates are the pairs of each point
+    with its ``neighbours`` nearest points; a candidate with a third point z on a shortest route
+    (``D[i, z] + D[z, j] <= D[i, j]``) is dropped; and the rest are accepted only if the
+    shortest paths over them are within ``rtol`` (relative) of ``D`` for *every* pair, so a metric
+    that is not such a graph metric (e.g. the Euclidean distance) returns None.
+
+    Examples
+    --------
+    >>> pts = np.array([(i, j) for i in range(5) for j in range(5)], dtype=float)
+    >>> manhattan = np.abs(pts[:, None] - pts[None]).sum(axis=-1)
+    >>> i, j = graph_edges(manhattan)
+    >>> int(i.size)  # the 40 edges of the 5 x 5 grid
+    40
+    >>> graph_edges(np.sqrt(((pts[:, None] - pts[None]) ** 2).sum(axis=-1))) is None
+    True
+    """
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import shortest_path
+
+    d = np.asarray(D, dtype=float)
+    n = d.shape[0]
+    if d.shape != (n, n) or not np.all(np.isfinite(d)) or n < 2:
+        return None
+    k = min(neighbours, n - 1)
+    order = np.argsort(np.where(np.eye(n, dtype=bool), np.inf, d), axis=1, kind="stable")[:, :k]
+    a = np.repeat(np.arange(n), k)
+    b = order.ravel()
+    i, j = np.minimum(a, b), np.maximum(a, b)
+    pairs = np.unique(i * n + j)
+    i, j = pairs // n, pairs % n
+    keep = np.ones(i.size, dtype=bool)
+    for s in range(0, i.size, 512):  # drop candidates with a point on a shortest route
+        ii, jj = i[s:s + 512], j[s:s + 512]
+        via = d[ii] + d[:, jj].T
+        via[np.arange(ii.size), ii] = np.inf
+        via[np.arange(ii.size), jj] = np.inf
+        keep[s:s + 512] = via.min(axis=1) > d[ii, jj] * (1 + rtol)
+    i, j = i[keep], j[keep]
+    if np.any(d[i, j] <= 0):
+        return None
+    g = coo_matrix((d[i, j], (i, j)), shape=(n, n)).tocsr()
+    paths = shortest_path(g, directed=False)
+    if not np.all(paths <= d * (1 + rtol) + 1e-300):
+        return None
+    return i.astype(np.int64), j.astype(np.int64)
