@@ -176,31 +176,58 @@ budget = 1e9
     return keys
 
 
-def bodies(url: str, key: str, eps: float) -> dict[str, bytes]:
-    """The request body of each kind (the plans built by the client library)."""
+def bodies(cfg_path: Path, eps: float) -> dict[str, bytes]:
+    """The request body of each kind, built as the client library builds them (expressions
+    encoded on the sources' public schema; the release designed for the owner's universe and
+    metric of the configuration)."""
+    import ibis
     from ibis import _
 
     import dprivacy as dp
-    from dprivacy.remote import connect
+    from dprivacy.service.config import load_config
+    from dprivacy.service.exprcodec import encode
     from dprivacy.service.plan import PLAN_VERSION
+    from dprivacy.service.releases import open_release
 
-    s = connect(url, key=key, timeout=600)
+    cfg = load_config(cfg_path)
+    records = ibis.table(ibis.schema({"pid": "int64", "age": "int64", "zone": "int64",
+                                      "x": "float64"}), name="records")
+    half = encode((_.x > 0.5).resolve(records))
     out: dict[str, bytes] = {}
     for src in ("pinq", "proper"):
-        t = s.table(src)
-        out[f"{src}_count"] = json.dumps({"v": PLAN_VERSION, "table": t.where(_.x > 0.5).plan,
+        where = {"source": src, "steps": [{"op": "where", "pred": half}]}
+        out[f"{src}_count"] = json.dumps({"v": PLAN_VERSION, "table": where,
                                           "query": {"op": "noisy_count", "eps": eps}}).encode()
-        out[f"{src}_grouped"] = json.dumps({"v": PLAN_VERSION, "table": t.plan, "query": {
-            "op": "grouped", "eps": eps, "by": "zone", "keys": KEYS,
-            "aggs": {"n": {"how": "count"}}}}).encode()
-    U, M = s.table("pinq").release_inputs()  # noqa: N806
+        out[f"{src}_grouped"] = json.dumps({
+            "v": PLAN_VERSION, "table": {"source": src, "steps": []},
+            "query": {"op": "grouped", "eps": eps, "by": "zone", "keys": KEYS,
+                      "aggs": {"n": {"how": "count"}}}}).encode()
+    spec = cfg.source("pinq").release  # type: ignore[union-attr]
+    inputs = open_release(spec)
     W = dp.Workload(np.eye(90))  # noqa: N806
-    text = dp.MechanismConfig.from_design(W, U, M, dp.Design(w=np.ones(90),
-                                                             beta=np.full(90, 0.5))).to_json()
-    out["pinq_release"] = json.dumps({"v": PLAN_VERSION, "table": s.table("pinq").plan,
+    text = dp.MechanismConfig.from_design(W, inputs.universe, inputs.metric, dp.Design(
+        w=np.ones(90), beta=np.full(90, 0.5))).to_json()
+    out["pinq_release"] = json.dumps({"v": PLAN_VERSION, "table": {"source": "pinq",
+                                                                   "steps": []},
                                       "query": {"op": "release", "config": text,
                                                 "F": np.eye(90).tolist()}}).encode()
-    s.close()
+    return out
+
+
+def work_rows(cfg_path: Path, body: dict[str, bytes]) -> dict[str, int] | None:
+    """Each kind's static work bound in rows (None if the service has no work bound)."""
+    from dprivacy.service.config import load_config
+    from dprivacy.service.plan import parse_plan
+
+    try:
+        from dprivacy.service import workbound
+    except ImportError:
+        return None
+    cfg = load_config(cfg_path)
+    out = {}
+    for k, raw in body.items():
+        plan = parse_plan(raw, cfg)
+        out[k] = int(workbound.plan_bound(plan.table, plan.query, cfg).work)
     return out
 
 
@@ -478,19 +505,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print("in-process seconds per query: " + ", ".join(f"{k} {v:.3f}"
                                                             for k, v in secs.items()), flush=True)
         worst = max(secs.values())
-        # without lanes one thread serves everyone: a query may wait for every other
-        # analyst's (and the flood's would not fit); with the static bound the service
-        # computes the deadlines itself and query_seconds is only the floor
-        qs = args.query_seconds or round(max(0.5, 3 * worst * (args.analysts + 1)), 2)
-        row_s = args.row_seconds
-        if row_s is None and _has("row_seconds"):
-            row_s = 3 * worst / (3 * args.rows)  # 3x the measured cost of a 3-pass plan
-        keys = write_config(work, args.rows, analysts, qs, row_s, None)
         cfg = work / "service.toml"
+        # the declared capacity: the largest plan sent (its static work bound), and the cost
+        # of a row of work: 3x the largest measured cost per bound row (configured, so that
+        # the deadlines computed here are the service's)
+        write_config(work, args.rows, analysts, 1.0, None, 100 * args.rows)
+        body = bodies(cfg, args.eps)
+        bounds = work_rows(cfg, body)
+        if bounds is not None:
+            qs = args.query_seconds or 0.5
+            row_s = args.row_seconds or 3 * max(secs[k] / bounds[k] for k in KINDS)
+            capacity: int | None = max(bounds.values())
+            print(f"static work bounds (rows): {bounds}; row_seconds {row_s:.3g}", flush=True)
+        else:  # no work bound: one thread serves everyone, a query may wait for all others'
+            qs = args.query_seconds or round(max(0.5, 3 * worst * (args.analysts + 1)), 2)
+            row_s, capacity = None, None
+        keys = write_config(work, args.rows, analysts, qs, row_s, capacity)
         server = Server(cfg, _port(), work / "serve.log")
         started = server.start()
         print(f"service started in {started:.1f} s", flush=True)
-        body = bodies(server.url, keys[analysts[0]], args.eps)
         dl, rule = deadlines(cfg, analysts, body)
         print(f"deadlines ({rule}): " + ", ".join(f"{k} {dl[(analysts[0], k)]:.3f} s"
                                                   for k in KINDS), flush=True)
@@ -531,6 +564,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         meta = {"rows": args.rows, "analysts": args.analysts, "duration_s": args.duration,
                 "flood": args.flood, "eps": args.eps, "deadline_rule": rule,
                 "query_seconds": qs, "row_seconds": row_s, "in_process_s": secs,
+                "work_rows": bounds, "max_work_rows": capacity,
                 "deadlines_s": {k: dl[(analysts[0], k)] for k in KINDS},
                 "pinq_cost": cost, "phases": infos, "service_start_s": started,
                 "load_average_start": [round(x, 2) for x in load_start],
