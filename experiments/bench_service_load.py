@@ -52,6 +52,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dprivacy.errors import DPrivacyError
+
 RESULTS = Path(__file__).resolve().parent / "results"
 KINDS = ["pinq_count", "proper_count", "pinq_grouped", "proper_grouped", "pinq_release"]
 ZONES = 50
@@ -509,14 +511,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         # the declared capacity: the largest plan sent (its static work bound), and the cost
         # of a row of work: 3x the largest measured cost per bound row (configured, so that
         # the deadlines computed here are the service's)
-        write_config(work, args.rows, analysts, 1.0, None, 100 * args.rows)
+        write_config(work, args.rows, analysts, 1.0, None, 10**12)
         body = bodies(cfg, args.eps)
         bounds = work_rows(cfg, body)
         if bounds is not None:
             qs = args.query_seconds or 0.5
             row_s = args.row_seconds or 3 * max(secs[k] / bounds[k] for k in KINDS)
             capacity: int | None = max(bounds.values())
-            print(f"static work bounds (rows): {bounds}; row_seconds {row_s:.3g}", flush=True)
+            while True:  # the smallest capacity (doubling) that admits every plan sent
+                write_config(work, args.rows, analysts, qs, row_s, capacity)
+                try:
+                    work_rows(cfg, body)
+                    break
+                except DPrivacyError:
+                    capacity *= 2
+            print(f"static work bounds (rows): {bounds}; row_seconds {row_s:.3g}; "
+                  f"max_work_rows {capacity}", flush=True)
         else:  # no work bound: one thread serves everyone, a query may wait for all others'
             qs = args.query_seconds or round(max(0.5, 3 * worst * (args.analysts + 1)), 2)
             row_s, capacity = None, None
