@@ -271,16 +271,23 @@ class Load:
         self.killed_at = float("inf")  # time.monotonic() of the kill
         self.seed = seed
 
-    def one(self, client: Any, analyst: str, kind: str, phase: str, role: str) -> int:
+    def one(self, client: Any, analyst: str, kind: str, phase: str, role: str
+            ) -> tuple[int, float]:
+        """Send one request and record it; (HTTP status or -1, Retry-After seconds)."""
         import httpx
 
         t0 = time.monotonic()
-        status, value = -1, None
+        status, value, retry = -1, None, 0.0
         try:
             r = client.post("/v1/query", content=self.body[kind])
             status = r.status_code
             if status == 200:
                 value = r.json()["value"]
+            elif status in (429, 503):
+                try:
+                    retry = float(r.headers.get("retry-after", 0.1))
+                except ValueError:
+                    retry = 0.1
         except httpx.HTTPError:
             status = -1
         took = time.monotonic() - t0
@@ -292,7 +299,7 @@ class Load:
                "while_down": status == -1 and t0 >= self.killed_at}
         with self.lock:
             self.records.append(rec)
-        return status
+        return status, retry
 
     def analyst(self, analyst: str, phase: str) -> None:
         import httpx
@@ -307,8 +314,11 @@ class Load:
                 for kind in order:
                     if self.stop.is_set():
                         return
-                    if self.one(client, analyst, kind, phase, "share") == -1:
+                    st, retry = self.one(client, analyst, kind, phase, "share")
+                    if st == -1:
                         time.sleep(0.2)  # the server is down: retry until it is back
+                    elif st in (429, 503):  # its lane is taken (by the flood): as told
+                        time.sleep(min(max(retry, 0.01), 10.0))
 
     def flooder(self, analyst: str, phase: str, factor: int) -> None:
         import httpx
@@ -550,7 +560,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             led = Ledger(work / "state" / "pinq.sqlite")
             for k in KINDS:
                 before = {n: i - r for n, i, r, _c in led.named_budgets("pinq:pinq/a0")}
-                st = load.one(c, analysts[0], k, "warm-up", "share")
+                st, _retry = load.one(c, analysts[0], k, "warm-up", "share")
                 after = {n: i - r for n, i, r, _c in led.named_budgets("pinq:pinq/a0")}
                 cost[k] = (sum(after.values()) - sum(before.values())) if st == 200 else 0.0
             led.close()
