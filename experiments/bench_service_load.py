@@ -130,7 +130,9 @@ class Server:
                 self.kill()
 
     def overruns(self) -> int:
-        return self.log.read_text().count("overran its deadline") if self.log.exists() else 0
+        """Queries the service answered by their default (its log): overruns, failures."""
+        text = self.log.read_text() if self.log.exists() else ""
+        return text.count("overran its deadline") + text.count("answered by the default")
 
 
 def write_config(work: Path, rows: int, analysts: list[str], query_seconds: float,
@@ -204,8 +206,9 @@ def bodies(cfg_path: Path, eps: float) -> dict[str, bytes]:
             "v": PLAN_VERSION, "table": {"source": src, "steps": []},
             "query": {"op": "grouped", "eps": eps, "by": "zone", "keys": KEYS,
                       "aggs": {"n": {"how": "count"}}}}).encode()
-    spec = cfg.source("pinq").release  # type: ignore[union-attr]
-    inputs = open_release(spec)
+    src = cfg.source("pinq")
+    assert src is not None and src.release is not None
+    inputs = open_release(src.release)
     W = dp.Workload(np.eye(90))  # noqa: N806
     text = dp.MechanismConfig.from_design(W, inputs.universe, inputs.metric, dp.Design(
         w=np.ones(90), beta=np.full(90, 0.5))).to_json()
@@ -493,7 +496,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--analysts", type=int, default=8)
     ap.add_argument("--duration", type=float, default=600.0, help="seconds per phase")
     ap.add_argument("--flood", type=int, default=20, help="the flooder's multiple of its share")
-    ap.add_argument("--eps", type=float, default=0.01)
+    ap.add_argument("--eps", type=float, default=None,
+                    help="each query's eps (default min(1, max(0.01, 1000/rows)): the noise "
+                    "well below the counts, so that a default answer is told from a real one)")
     ap.add_argument("--query-seconds", type=float, default=None,
                     help="the deadline floor (default: from the in-process calibration)")
     ap.add_argument("--row-seconds", type=float, default=None,
@@ -505,6 +510,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = ap.parse_args(argv)
     if args.quick:
         args.rows, args.analysts, args.duration = 2000, 3, 4.0
+    if args.eps is None:
+        args.eps = min(1.0, max(0.01, 1000 / args.rows))
     analysts = [f"a{i}" for i in range(args.analysts)]
     load_start = os.getloadavg()
     work = Path(tempfile.mkdtemp(dir=args.tmp, prefix="bench_service_load_"))
@@ -527,16 +534,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if bounds is not None:
             qs = args.query_seconds or 0.5
             row_s = args.row_seconds or 3 * max(secs[k] / bounds[k] for k in KINDS)
-            capacity: int | None = max(bounds.values())
+            cap = max(bounds.values())
             while True:  # the smallest capacity (doubling) that admits every plan sent
-                write_config(work, args.rows, analysts, qs, row_s, capacity)
+                write_config(work, args.rows, analysts, qs, row_s, cap)
                 try:
                     work_rows(cfg, body)
                     break
                 except DPrivacyError:
-                    capacity *= 2
+                    cap *= 2
+            capacity: int | None = cap
             print(f"static work bounds (rows): {bounds}; row_seconds {row_s:.3g}; "
-                  f"max_work_rows {capacity}", flush=True)
+                  f"max_work_rows {cap}", flush=True)
         else:  # no work bound: one thread serves everyone, a query may wait for all others'
             qs = args.query_seconds or round(max(0.5, 3 * worst * (args.analysts + 1)), 2)
             row_s, capacity = None, None
