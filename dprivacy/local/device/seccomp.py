@@ -25,7 +25,11 @@ The program (Linux ``Documentation/userspace-api/seccomp_filter.rst``):
    host through no network namespace, ``AF_NETLINK`` reads kernel events, ``AF_PACKET`` and raw
    sockets read frames), and ``socketpair`` for any family but ``AF_UNIX`` (an anonymous pair
    inside the process, which ``asyncio`` uses; it has no address anyone else can reach);
-6. allows the rest.
+6. fails ``prctl(PR_SET_PDEATHSIG, ...)``: bubblewrap (``--die-with-parent``) sets the parent-death
+   signal so that the query's process dies with the ``bwrap`` the agent kills at the time bound;
+   code that cleared it would outlive the kill, asleep (using no CPU time) for as long as it
+   liked, holding its memory and free to load the machine during later queries;
+7. allows the rest.
 """
 from __future__ import annotations
 
@@ -56,6 +60,7 @@ _CLONE_THREAD = 0x00010000
 _AF_UNIX = 1
 _F_SETLEASE = 1024
 _F_NOTIFY = 1026
+_PR_SET_PDEATHSIG = 1
 
 #: Denied system calls: their numbers on x86-64 (asm/unistd_64.h) and on arm64
 #: (asm-generic/unistd.h; arm64 has no fork, vfork, iopl, ioperm, modify_ldt, uselib or _sysctl).
@@ -92,13 +97,15 @@ class _Abi:
     clone3: int
     socketpair: int
     fcntl: int
+    prctl: int
     x32_bit: bool  # calls with this bit set use another ABI (x86-64's x32): killed
 
 
 _ABIS = {
-    "x86_64": _Abi(0xC000003E, 0, clone=56, clone3=435, socketpair=53, fcntl=72, x32_bit=True),
+    "x86_64": _Abi(0xC000003E, 0, clone=56, clone3=435, socketpair=53, fcntl=72, prctl=157,
+                   x32_bit=True),
     "aarch64": _Abi(0xC00000B7, 1, clone=220, clone3=435, socketpair=199, fcntl=25,
-                    x32_bit=False),
+                    prctl=167, x32_bit=False),
 }
 _ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
 
@@ -157,5 +164,8 @@ def filter_program(machine: str | None = None) -> bytes:
     p += [_ins(_JEQ_K, abi.fcntl, 0, 5), _ins(_LD_W_ABS, _OFF_ARG1),
           _ins(_JEQ_K, _F_NOTIFY, 1, 0), _ins(_JEQ_K, _F_SETLEASE, 0, 1), _ins(_RET_K, eperm),
           _ins(_RET_K, _RET_ALLOW)]
+    # prctl(option, ...): the parent-death signal bubblewrap set stays (the kill reaches the code)
+    p += [_ins(_JEQ_K, abi.prctl, 0, 4), _ins(_LD_W_ABS, _OFF_ARG0),
+          _ins(_JEQ_K, _PR_SET_PDEATHSIG, 0, 1), _ins(_RET_K, eperm), _ins(_RET_K, _RET_ALLOW)]
     p.append(_ins(_RET_K, _RET_ALLOW))
     return b"".join(p)

@@ -315,8 +315,8 @@ def test_filter_program_shape() -> None:
     x86 = [v[0] for v in DENIED.values() if v[0] is not None]
     arm = [v[1] for v in DENIED.values() if v[1] is not None]
     assert len(set(x86)) == len(x86) and len(set(arm)) == len(arm)
-    assert len(filter_program("x86_64")) == 8 * (6 + 2 * len(x86) + 2 + 5 + 5 + 6 + 1)
-    assert len(filter_program("aarch64")) == 8 * (4 + 2 * len(arm) + 2 + 5 + 5 + 6 + 1)
+    assert len(filter_program("x86_64")) == 8 * (6 + 2 * len(x86) + 2 + 5 + 5 + 6 + 5 + 1)
+    assert len(filter_program("aarch64")) == 8 * (4 + 2 * len(arm) + 2 + 5 + 5 + 6 + 5 + 1)
     assert {"socket", "inotify_init1", "inotify_add_watch", "fanotify_init", "fanotify_mark",
             "sysinfo"} <= set(DENIED)
     with pytest.raises(Exception, match="x86-64 and arm64 only"):
@@ -390,3 +390,59 @@ def test_a_root_agent_runs_a_bwrap_kept_in_a_private_folder(tmp_path: Path) -> N
     assert copy.stat().st_uid == 0 and not copy.stat().st_mode & 0o022
     assert copy.parent.stat().st_uid == 0 and not copy.parent.stat().st_mode & 0o022
     assert sb.run("def f(x):\n    return x * 2", "f", [21], time_limit=5.0).value == 42
+
+
+def _processes_named(name: str) -> list[int]:
+    """Pids of this machine's processes whose name (``comm``) is ``name``."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/comm") as f:
+                    if f.read().strip() == name:
+                        out.append(int(d))
+            except OSError:
+                continue
+    return out
+
+
+def test_code_cannot_outlive_the_kill_at_its_time_bound() -> None:
+    """Clearing the parent-death signal bubblewrap sets would let the query's process survive the
+    kill of ``bwrap`` at the time bound (reparented to init, asleep, holding its memory, free to
+    load the machine during later queries). The filter denies it, and nothing of the call is left
+    running after the bound."""
+    import secrets
+    import time
+
+    from dprivacy.local.device.reduce import domain_spec
+    from dprivacy.local.randomiser import MatrixRandomiser
+
+    sb = make_sandbox(pad=False)
+    name = "dpx" + secrets.token_hex(5)
+    code = (
+        "import ctypes, time\n"
+        "def f(d, p, s):\n"
+        "    libc = ctypes.CDLL(None, use_errno=True)\n"
+        f"    libc.prctl(15, b'{name}', 0, 0, 0)\n"  # PR_SET_NAME: findable from outside
+        "    libc.prctl(1, 0, 0, 0, 0)\n"  # PR_SET_PDEATHSIG = 0
+        "    time.sleep(60)\n"
+        "    return 0\n"
+    )
+    T = MatrixRandomiser([[0.75, 0.25], [0.25, 0.75]], inputs=[0, 1])  # noqa: N806
+    try:
+        out = sb.run_reduced(code, "f", ARGS, domain_spec(T), time_limit=1.5)
+        assert not out.ok
+        deadline = time.monotonic() + 2.0
+        while _processes_named(name) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _processes_named(name) == []
+    finally:
+        for pid in _processes_named(name):  # a failing defence leaves nothing behind either
+            os.kill(pid, 9)
+    errno_code = (
+        "import ctypes\n"
+        "def f(d, p, s):\n"
+        "    libc = ctypes.CDLL(None, use_errno=True)\n"
+        "    return [libc.prctl(1, 0, 0, 0, 0), ctypes.get_errno(), libc.prctl(15, b'x', 0, 0, 0)]\n"
+    )
+    assert _run(sb, errno_code) == [-1, 1, 0]  # EPERM; other prctl options still work
