@@ -17,7 +17,7 @@ The Laplace errors are those measured by ``experiments.strategy_vs_scaling`` and
 strategy_implicit.csv, same workloads and seeds); ``--quick`` designs small versions of both
 here instead.
 
-Run:  python -m experiments.gaussian_vs_laplace [--quick] [--only SUBSTRING]
+Run:  python -m experiments.gaussian_vs_laplace [--quick] [--only SUBSTRING [--update]]
 Output: gaussian_vs_laplace.csv and gaussian_vs_laplace.md.
 """
 
@@ -37,6 +37,7 @@ import dprivacy as dp
 from experiments import _common as C
 from experiments import strategy_implicit, strategy_vs_scaling
 from solvers.strategy.gaussian import GaussianSolution, pair_budgets, solve_gaussian
+from solvers.strategy.gaussian_active import solve_gaussian_active, workload_factor
 from solvers.strategy.gaussian_line import interval_sums, line_ranges_strategy
 from solvers.strategy.objective import gram
 from solvers.strategy.optimize import blas_threads
@@ -134,6 +135,16 @@ def max_pair_delta(A: np.ndarray, eps: np.ndarray) -> float:
     return worst
 
 
+def max_pair_delta_gram(A: np.ndarray, eps: np.ndarray) -> float:
+    """As :func:`max_pair_delta`, with the squared sensitivities from the Gram matrix A'A (large
+    N: one matrix product instead of N^2 column differences)."""
+    X = A.T @ A
+    d = np.diag(X)
+    sens = np.sqrt(np.maximum(d[:, None] + d[None, :] - 2.0 * X, 0.0))
+    fin = np.isfinite(eps)
+    return float(analytic_delta(eps[fin], sens[fin]).max(initial=0.0))
+
+
 def cases(quick: bool, seed: int) -> list[tuple[str, dp.Universe, dp.metrics.Metric, object]]:
     """The workloads of both strategy benchmarks (small with ``quick``), plus the 8192-point line."""
     out: list[tuple[str, dp.Universe, dp.metrics.Metric, object]] = [
@@ -173,10 +184,14 @@ def _laplace_here(U: dp.Universe, M: dp.metrics.Metric, W: object) -> float:
 
 
 def run(quick: bool = False, seed: int = 0, outdir: Path = C.RESULTS_DIR,
-        only: str | None = None, tol: float = 1e-3, time_limit: float = 600.0) -> pd.DataFrame:
+        only: str | None = None, tol: float = 1e-3, time_limit: float = 600.0,
+        update: bool = False) -> pd.DataFrame:
+    """One row per workload (those whose name contains ``only``); ``update`` replaces those
+    rows in the existing gaussian_vs_laplace.csv (and rewrites its table) instead."""
     rows = []
     known = {} if quick else _laplace_results()
-    name_out = NAME if only is None else f"{NAME}_only"
+    name_out = NAME if only is None or update else f"{NAME}_only"
+    old = pd.read_csv(Path(outdir) / f"{NAME}.csv") if update else None
     chosen = [c for c in cases(quick, seed) if only is None or only in c[0]]
     for name, U, M, W in C.progress(chosen, "workloads"):
         N = U.N  # noqa: N806
@@ -184,6 +199,14 @@ def run(quick: bool = False, seed: int = 0, outdir: Path = C.RESULTS_DIR,
         if _even_line_ranges(U, W) and N > DENSE_MAX:
             sol, worst = _line(U, M, seed)
             how = "closed form (edge dual)"
+        elif N > DENSE_MAX and isinstance(W, dp.Workload) and W.m <= DENSE_MAX:
+            eps = pair_budgets(M.constraint_set(U), 0.5)
+            B = per_pair_budgets(eps)
+            with blas_threads(int(os.environ.get("GVL_THREADS", "1"))):
+                sol = solve_gaussian_active(workload_factor(W.F), B, tol=tol,
+                                            time_limit=time_limit)
+            worst = max_pair_delta_gram(sol.A, eps)
+            how = "active set (low rank)"
         elif N > DENSE_MAX:
             rows.append({"workload": name, "N": N, "m": W.m,  # type: ignore[attr-defined]
                          "laplace_error": known.get(name, np.nan), "method": "not run: N "
@@ -202,11 +225,25 @@ def run(quick: bool = False, seed: int = 0, outdir: Path = C.RESULTS_DIR,
                      "laplace_error": lap, "gaussian_error": sol.error, "dual_bound": sol.bound,
                      "certified_gap": sol.gap, "iterations": sol.iterations, "seconds": secs,
                      "laplace/gaussian": lap / sol.error, "max_delta": worst, "method": how})
-        C.write_csv(pd.DataFrame(rows, columns=COLUMNS), outdir, name_out)
-    df = pd.DataFrame(rows, columns=COLUMNS)
+        C.write_csv(_merged(old, rows), outdir, name_out)
+    df = _merged(old, rows)
     C.write_csv(df, outdir, name_out)
     write_markdown(df, outdir, quick, name_out)
     return df
+
+
+def _merged(old: pd.DataFrame | None, rows: list[dict]) -> pd.DataFrame:
+    new = pd.DataFrame(rows, columns=COLUMNS)
+    if old is None:
+        return new
+    out = old.copy()
+    for _, r in new.iterrows():
+        hit = out["workload"] == r["workload"]
+        if hit.any():
+            out.loc[hit, COLUMNS] = r[COLUMNS].to_numpy()
+        else:
+            out = pd.concat([out, new[new["workload"] == r["workload"]]], ignore_index=True)
+    return out
 
 
 def write_markdown(df: pd.DataFrame, outdir: Path, quick: bool, name: str = NAME) -> None:
@@ -251,10 +288,12 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--outdir", type=Path, default=None)
     ap.add_argument("--tol", type=float, default=1e-3)
     ap.add_argument("--time-limit", type=float, default=600.0)
+    ap.add_argument("--update", action="store_true",
+                    help="replace the --only rows in the existing table")
     args = ap.parse_args(argv)
     outdir = args.outdir or C.default_outdir(args.quick)
     t0 = time.perf_counter()
-    df = run(args.quick, args.seed, outdir, args.only, args.tol, args.time_limit)
+    df = run(args.quick, args.seed, outdir, args.only, args.tol, args.time_limit, args.update)
     print(C.format_table(df))
     print(f"[{NAME}] {time.perf_counter() - t0:.1f} s; wrote {outdir / (NAME + '.csv')}")
     return df

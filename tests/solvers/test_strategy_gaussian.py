@@ -8,6 +8,7 @@ import pytest
 from solvers import ConstraintSet
 from solvers.errors import InfeasibleError, SolverError
 from solvers.strategy.gaussian import centre_gram, pair_budgets, solve_gaussian
+from solvers.strategy.gaussian_active import solve_gaussian_active, workload_factor
 from solvers.strategy.gaussian_design import optimize_gaussian_strategy
 from solvers.strategy.gaussian_line import line_ranges_strategy
 from solvers.strategy.implicit import range_gram, rectangle_gram
@@ -178,3 +179,19 @@ def test_line_closed_form_reports_a_gap_when_far_pairs_bind():
     assert _ratio_from_columns(sol.A, B) <= 1.0
     assert sol.gap > 1e-3 and sol.bound <= sol.error
     assert solve_gaussian(range_gram(N), B, tol=1e-4).error <= sol.error
+
+
+def test_active_set_solver_matches_the_dense_one_and_checks_every_pair():
+    rng = np.random.default_rng(4)
+    N, m = 60, 6
+    pts = rng.uniform(0, 5, (N, 2))
+    F = rng.random((m, N))
+    B = 0.5 * np.sqrt(((pts[:, None] - pts[None]) ** 2).sum(-1))
+    np.fill_diagonal(B, np.inf)
+    dense = solve_gaussian(F.T @ F, B, tol=1e-5)
+    act = solve_gaussian_active(workload_factor(F), B, tol=1e-5, k=2)
+    assert act.gap <= 1e-5 and act.bound <= act.error
+    assert act.error == pytest.approx(dense.error, rel=2e-5)
+    assert act.A.shape[0] <= m
+    assert _ratio_from_columns(act.A, B) <= 1.0
+    assert _error(F.T @ F, act.A) == pytest.approx(act.error, rel=1e-7)
