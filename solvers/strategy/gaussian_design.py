@@ -23,11 +23,15 @@ from solvers.strategy import StrategyResult
 from solvers.strategy.basis import Basis, is_sparse
 from solvers.strategy.estimate import estimate_map
 from solvers.strategy.gaussian import centre_gram, gaussian_report, pair_budgets, solve_gaussian
+from solvers.strategy.gaussian_active import solve_gaussian_active, workload_factor
 from solvers.strategy.objective import answer_map, gram
 from solvers.strategy.optimize import blas_threads
 
 #: Largest universe the dense solver takes (N x N matrices, one eigendecomposition a step).
 GAUSSIAN_DENSE_LIMIT = 8192
+#: Above this many elements a workload of at most N / 4 queries runs on an active set of pairs
+#: (:mod:`solvers.strategy.gaussian_active`: r x r eigenproblems, r the rank of the workload).
+ACTIVE_MIN_N = 2048
 
 
 def optimize_gaussian_strategy(F: Any, cs: ConstraintSet, *, rho: float, tol: float = 1e-3,
@@ -74,8 +78,12 @@ def optimize_gaussian_strategy(F: Any, cs: ConstraintSet, *, rho: float, tol: fl
     B = pair_budgets(cs, rho)
     Gc = centre_gram(G)
     with blas_threads(threads):
-        sol = solve_gaussian(Gc, B, tol=tol, time_limit=time_limit, max_iter=max_iter,
-                             centred=True)
+        if Fm is not None and N > ACTIVE_MIN_N and Fm.shape[0] <= N // 4:
+            sol = solve_gaussian_active(workload_factor(Fm), B, tol=tol, time_limit=time_limit,
+                                        max_iter=max_iter)
+        else:
+            sol = solve_gaussian(Gc, B, tol=tol, time_limit=time_limit, max_iter=max_iter,
+                                 centred=True)
     A = sol.A
     X = z = None
     if Fm is None:

@@ -195,3 +195,17 @@ def test_active_set_solver_matches_the_dense_one_and_checks_every_pair():
     assert act.A.shape[0] <= m
     assert _ratio_from_columns(act.A, B) <= 1.0
     assert _error(F.T @ F, act.A) == pytest.approx(act.error, rel=1e-7)
+
+
+def test_large_universes_with_few_queries_use_the_active_set(monkeypatch):
+    import solvers.strategy.gaussian_design as gd
+
+    monkeypatch.setattr(gd, "ACTIVE_MIN_N", 20)
+    rng = np.random.default_rng(2)
+    F = rng.random((3, 40))
+    eps = np.abs(np.subtract.outer(np.arange(40.0), np.arange(40.0)))
+    res = gd.optimize_gaussian_strategy(F, ConstraintSet.dense(eps), rho=1.0, tol=1e-4)
+    ref = solve_gaussian(F.T @ F, 2 * eps + np.diag(np.full(40, np.inf)), tol=1e-4)
+    assert res.report["certified_gap"] <= 1e-4
+    assert res.error == pytest.approx(ref.error, rel=3e-4)
+    assert float(np.sum(res.M ** 2)) == pytest.approx(res.error, rel=1e-8)
