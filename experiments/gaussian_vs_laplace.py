@@ -273,7 +273,7 @@ def write_markdown(df: pd.DataFrame, outdir: Path, quick: bool, name: str = NAME
         lines.append(f"| {r['workload']} | {r['N']} | {r['m']} | {g(r['laplace_error'])} | "
                      f"{g(r['gaussian_error'])} | {g(r['dual_bound'])} | "
                      f"{100 * r['certified_gap']:.3f} % | {r['iterations']} | "
-                     f"{r['seconds']:.1f} | {g(r['laplace/gaussian'])} | {r['max_delta']:.7g} | "
+                     f"{r['seconds']:.1f} | {g(r['laplace/gaussian'])} | {r['max_delta']:.9g} | "
                      f"{r['method']} |")
     Path(outdir).mkdir(parents=True, exist_ok=True)
     (Path(outdir) / f"{name}.md").write_text("\n".join(lines) + "\n")
