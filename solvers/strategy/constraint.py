@@ -93,6 +93,23 @@ def materialise(C: Mat, basis: Basis) -> np.ndarray:
     return np.asarray(C, dtype=np.float64) @ T
 
 
+_NO_PAIRS = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
+
+
+def _uniform_diagonal(C: Mat) -> float | None:
+    """|d| when C is d times a permutation-free N x N identity (a scaled identity), else None."""
+    p, K = C.shape
+    if p != K or not is_sparse(C):
+        return None
+    S = sp.csr_array(C)
+    S.eliminate_zeros()
+    if S.nnz != K or not np.array_equal(S.indices, np.arange(K)) or \
+            not np.array_equal(S.indptr, np.arange(K + 1)):
+        return None
+    a = np.abs(S.data)
+    return float(a[0]) if np.all(a == a[0]) else None
+
+
 def strategy_scan(C: Mat, basis: Basis, cs: ConstraintSet, *, k: int = 0,
                   memory_bytes: int = 2**30) -> tuple[float, tuple[int, int] | None,
                                                       tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -118,6 +135,13 @@ def strategy_scan(C: Mat, basis: Basis, cs: ConstraintSet, *, k: int = 0,
             b = int(np.argmax(r))
             top = (I[order], J[order], r[order]) if k else (I[:0], J[:0], r[:0])
             return float(r[b]), (int(I[b]), int(J[b])), top
+    if basis.kind == "identity" and k == 0 and cs.kind != "edges":
+        d = _uniform_diagonal(C)
+        if d is not None:  # ||d (e_i - e_j)||_1 = 2 d for every pair: the tightest pair binds
+            lo = cs.min_eps()
+            if d == 0 or not np.isfinite(lo):
+                return 0.0, None, _NO_PAIRS
+            return (2.0 * d / lo if lo > 0 else float("inf")), None, _NO_PAIRS
     A = C if basis.kind == "identity" else materialise(C, basis)
     res = cs.scan(A, np.ones(A.shape[0]), k=k, memory_bytes=memory_bytes, tag="strategy")
     return float(res.max_ratio), res.worst, res.top

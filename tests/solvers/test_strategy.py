@@ -166,3 +166,29 @@ def test_unknown_start_and_bad_shape_are_refused():
         optimize_strategy(np.eye(3), cs, starts=("nope",))
     with pytest.raises(SolverError, match="F must be"):
         optimize_strategy(np.eye(4), cs)
+
+
+@pytest.mark.parametrize("kind", ["dense", "kernel"])
+def test_a_scaled_identity_is_checked_in_closed_form_exactly_as_a_scan(kind):
+    """||d (e_i - e_j)||_1 = 2 d on every pair: the ratio is 2 d / min eps, as a full scan says."""
+    import scipy.sparse as sp
+
+    from solvers.strategy import Basis, strategy_scan
+
+    rng = np.random.default_rng(4)
+    pts = rng.uniform(0, 5, size=(30, 2))
+    eps = 0.7 * np.linalg.norm(pts[:, None] - pts[None], axis=-1)
+    if kind == "dense":
+        cs = ConstraintSet.dense(eps)
+    else:
+        import dprivacy as dp
+
+        cs = dp.metrics.Euclidean(0.7).constraint_set(dp.Universe.from_points(pts))
+    basis = Basis.identity(30)
+    C = sp.csr_array(sp.eye_array(30) * 1.3)
+    fast, _, _ = strategy_scan(C, basis, cs)
+    full = cs.scan(np.eye(30) * 1.3, np.ones(30)).max_ratio
+    assert fast == pytest.approx(full, rel=1e-12)
+    uneven = sp.csr_array(sp.diags_array(np.linspace(1, 2, 30)))  # not uniform: scanned
+    assert strategy_scan(uneven, basis, cs)[0] == pytest.approx(
+        cs.scan(uneven.toarray(), np.ones(30)).max_ratio, rel=1e-12)
