@@ -12,6 +12,7 @@ simulations).
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -70,18 +71,56 @@ class PollError(RuntimeError):
     """The aggregator could not be reached or did not answer usefully: back off and poll again."""
 
 
+#: Largest page of queries (bytes, after any content encoding is undone) an agent reads; a larger
+#: one is a malformed page (the aggregator's own pages stop at a few MiB, or one query).
+MAX_PAGE_BYTES = 32 << 20
+#: Seconds an agent gives the aggregator to send one whole page (a body that trickles in, or never
+#: ends, is cut off like a read time-out).
+PAGE_SECONDS = 120.0
+
+
 def _page(client: Any, after: int, limit: int, headers: Any) -> tuple[list[Any], int]:
-    """One page of queries after ``after``: (queries, next). Raises ``httpx.HTTPError`` (transport
-    or status) or ValueError (a body that is not a page)."""
-    r = client.get("/queries", params={"after": after, "limit": limit}, headers=headers)
-    r.raise_for_status()
-    body = r.json()
+    """One page of queries after ``after``: (queries, next). Raises ``httpx.HTTPError`` (transport,
+    status, or a body not received within :data:`PAGE_SECONDS`) or ValueError (a body that is not
+    a page: not JSON, nested too deep for the parser, or above :data:`MAX_PAGE_BYTES` once
+    decompressed).
+
+    The body is streamed and counted as it is decoded, so neither a compression bomb nor an
+    endless or trickling body holds more than :data:`MAX_PAGE_BYTES` or takes much longer than
+    :data:`PAGE_SECONDS` (the check runs as each part arrives, at least once per read time-out)."""
+    import httpx
+
+    max_bytes, seconds = MAX_PAGE_BYTES, PAGE_SECONDS
+    end = time.monotonic() + seconds
+    parts, size = [], 0
+    with client.stream("GET", "/queries", params={"after": after, "limit": limit},
+                       headers=headers) as r:
+        r.raise_for_status()
+        for part in r.iter_bytes():
+            size += len(part)
+            if size > max_bytes:
+                raise ValueError(f"the aggregator's page is above {max_bytes} bytes")
+            if time.monotonic() > end:
+                raise httpx.ReadTimeout(f"the page was not received within {seconds:g} s",
+                                        request=r.request)
+            parts.append(part)
+    try:
+        body = json.loads(b"".join(parts))
+    except RecursionError as exc:  # not a ValueError: it would stop the agent
+        raise ValueError("the aggregator's page is nested too deep to parse") from exc
     if not isinstance(body, dict) or not isinstance(body.get("queries"), list):
         raise ValueError("the aggregator's page is not {queries, next}")
     nxt = body.get("next")
     if isinstance(nxt, bool) or not isinstance(nxt, int) or nxt < after:
         raise ValueError("the aggregator's page has no valid next position")
     return body["queries"], nxt
+
+
+def _post_reply(client: Any, reply: dict[str, Any], headers: Any) -> None:
+    """Post one reply; raises ``httpx.HTTPError``. The aggregator's answer body is never read
+    (a hostile one could be endless or a compression bomb): only its status counts."""
+    with client.stream("POST", "/replies", json=reply, headers=headers) as r:
+        r.raise_for_status()
 
 
 def _skippable(exc: BaseException) -> bool:
@@ -142,7 +181,7 @@ def poll_once(client: Any, agent: UserAgent, after: int = 0, *,
                 log.warning("a query could not be handled (%s): skipped", type(exc).__name__)
                 continue
             try:
-                client.post("/replies", json=reply, headers=headers).raise_for_status()
+                _post_reply(client, reply, headers)
             except httpx.HTTPStatusError as exc:
                 if not _skippable(exc):
                     raise PollError(f"posting a reply: {exc}") from exc
@@ -159,8 +198,9 @@ def run_agent(client: Any, agent: UserAgent, *, interval: float = 1.0, polls: in
               max_backoff: float = 60.0) -> int:
     """Poll every ``interval`` seconds (``polls`` times, or until ``stop()``); returns the position.
 
-    Never stops on an aggregator's failure: after a :class:`PollError` it waits (doubling the
-    pause up to ``max_backoff`` seconds) and polls again from where it was.
+    Never stops on an aggregator's failure: after a :class:`PollError`, or any other error while
+    polling, it waits (doubling the pause up to ``max_backoff`` seconds) and polls again from
+    where it was.
     """
     after, k, pause = 0, 0, float(interval)
     while (polls is None or k < polls) and not (stop is not None and stop()):
@@ -169,6 +209,10 @@ def run_agent(client: Any, agent: UserAgent, *, interval: float = 1.0, polls: in
             pause = float(interval)
         except PollError as exc:
             log.warning("%s; polling again in %.3g s", exc, pause)
+            pause = min(max(pause, 0.01) * 2, max_backoff)
+        except Exception as exc:  # noqa: BLE001 (nothing the aggregator sends may stop the agent)
+            log.warning("polling after %d failed (%s); polling again in %.3g s", after,
+                        type(exc).__name__, pause)
             pause = min(max(pause, 0.01) * 2, max_backoff)
         k += 1
         if polls is None or k < polls:

@@ -1,0 +1,112 @@
+"""An untrusted aggregator's answers cannot stop, stall or swell a device.
+
+The agent reads what the aggregator sends: a page nested too deep for the JSON parser (which
+raises RecursionError, not ValueError, and used to stop the agent), a compression bomb, a body
+that never ends or trickles in one byte at a time (each part inside the read time-out), and an
+endless answer to a posted reply. Each bad page is skipped like any page the aggregator cannot
+serve, holds at most ``MAX_PAGE_BYTES`` and takes about ``PAGE_SECONDS``; the next good query is
+answered.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from dprivacy.local import PersonalBudget, UserAgent
+from dprivacy.local.aggregator import client as agg_client
+from dprivacy.local.aggregator.client import poll_once, run_agent
+from dprivacy.local.case_studies import warner_query
+
+pytestmark = pytest.mark.timeout(120)
+
+GOOD = warner_query("good", 1.0, "smoker", ["yes", "no"])
+CHUNK = 64 << 10
+
+
+def _agent(tmp_path) -> UserAgent:
+    return UserAgent("u1", {"smoker": "yes"}, PersonalBudget(tmp_path / "u1.sqlite", "u1", total=5.0),
+                     sandbox=None, pad=False, rng=0)
+
+
+def _aggregator(bad: httpx.Response | None, replies: httpx.Response | None = None
+                ) -> tuple[httpx.Client, list]:
+    """Positions 1 and 3 hold good queries; any page holding position 2 is answered ``bad()``."""
+    queries = {1: {**GOOD.to_dict(), "id": "q1"}, 3: {**GOOD.to_dict(), "id": "q3"}}
+    posted: list = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            posted.append(json.loads(request.content)["query"])
+            return replies if replies is not None else httpx.Response(200, json={"stored": True})
+        after = int(request.url.params.get("after", 0))
+        limit = int(request.url.params.get("limit", 100))
+        page = [p for p in (1, 2, 3) if p > after][:limit]
+        if 2 in page and bad is not None:
+            return bad()
+        return httpx.Response(200, json={"after": after, "next": page[-1] if page else after,
+                                         "queries": [queries[p] for p in page if p in queries]})
+
+    return httpx.Client(transport=httpx.MockTransport(handler), base_url="http://agg"), posted
+
+
+def test_a_page_too_deep_for_the_parser_is_skipped_not_fatal(tmp_path) -> None:
+    client, posted = _aggregator(lambda: httpx.Response(200, content=b"[" * 200_000))
+    a = _agent(tmp_path)
+    with client:
+        assert poll_once(client, a, backoff=0.001) == 3
+        assert run_agent(client, a, interval=0.001, polls=2) == 3
+    assert posted == ["q1", "q3", "q1", "q3"]  # run_agent starts again at 0: replies replayed
+    assert a.remaining()["total"] == pytest.approx(5.0 - 2 * GOOD.T.cost())
+
+
+def test_endless_and_bomb_pages_are_cut_at_the_cap(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(agg_client, "MAX_PAGE_BYTES", 1 << 20)
+    pulled, tries = [0], [0]
+
+    def endless() -> Iterator[bytes]:
+        tries[0] += 1
+        for _ in range(1024):  # 64 MiB if read to the end
+            pulled[0] += CHUNK
+            yield b" " * CHUNK
+
+    client, posted = _aggregator(lambda: httpx.Response(200, content=endless()))
+    with client:
+        assert poll_once(client, _agent(tmp_path), backoff=0.001) == 3
+    assert posted == ["q1", "q3"]
+    assert 1 <= tries[0] <= 6
+    assert pulled[0] <= tries[0] * ((1 << 20) + 2 * CHUNK)  # each try cut at 1 MiB of 64 MiB
+
+    bomb = gzip.compress(b" " * (16 << 20), 9)  # 16 KiB that decode to 16 MiB
+    client, posted = _aggregator(lambda: httpx.Response(
+        200, content=bomb, headers={"content-encoding": "gzip"}))
+    with client:
+        assert poll_once(client, _agent(tmp_path / ".."), backoff=0.001) == 3
+    assert posted == ["q1", "q3"]
+
+
+def test_a_trickling_page_is_cut_off_and_an_endless_reply_answer_is_not_read(
+        tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(agg_client, "PAGE_SECONDS", 0.2)
+
+    def trickle() -> Iterator[bytes]:
+        for _ in range(1000):  # 20 s if read to the end, each byte well inside a read time-out
+            time.sleep(0.02)
+            yield b" "
+
+    def endless_answer() -> Iterator[bytes]:
+        while True:
+            yield b" " * CHUNK
+
+    client, posted = _aggregator(lambda: httpx.Response(200, content=trickle()),
+                                 replies=httpx.Response(200, content=endless_answer()))
+    start = time.monotonic()
+    with client:
+        assert poll_once(client, _agent(tmp_path), backoff=0.001) == 3
+    assert time.monotonic() - start < 8.0  # four tries of about 0.2 s each, not 4 x 20 s
+    assert posted == ["q1", "q3"]
