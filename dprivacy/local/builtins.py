@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from dprivacy.local.limits import DEFAULT_LIMITS
+
 __all__ = ["POSTS", "PRES", "bloom_bit", "derive_seed", "public_index", "rr_scale"]
 
 Pre = Callable[[Mapping[str, Any], Mapping[str, Any], "int | None", np.random.Generator], Any]
@@ -94,7 +96,11 @@ def pre_category(data: Mapping[str, Any], params: Mapping[str, Any], seed: int |
 def pre_one_hot(data: Mapping[str, Any], params: Mapping[str, Any], seed: int | None,
                 rng: np.random.Generator) -> Any:
     """One-hot vector of the value: by its index in ``categories``, or its one-hash Bloom bit
-    among ``k`` bits (one-time RAPPOR with one hash, Erlingsson et al. 2014)."""
+    among ``k`` bits (one-time RAPPOR with one hash, Erlingsson et al. 2014).
+
+    ``k`` is the analyst's: a ``k`` above the longest product randomiser a query may carry gives
+    None (no T could take the vector) before anything is allocated, so the step stays within
+    its schedule (``k = 2·10⁸`` built a 1.6 GB list that held the agent for seconds)."""
     v = _field(data, params)
     if "categories" in params:
         cats = list(params["categories"])
@@ -103,6 +109,8 @@ def pre_one_hot(data: Mapping[str, Any], params: Mapping[str, Any], seed: int | 
         i, k = cats.index(v), len(cats)
     else:
         k = int(params["k"])
+        if not 0 < k <= DEFAULT_LIMITS.max_length:  # no randomiser has more coordinates
+            return None
         i = bloom_bit(v, k, int(params.get("cohort", 0)))
     out = [0] * k
     out[i] = 1

@@ -132,3 +132,25 @@ def test_the_probe_reads_every_bit_without_the_schedule() -> None:
     sb = make_sandbox(pad=False)
     took, bits, _ = _probe(sb, pad=False, users=6, t=0.6)
     assert best_threshold_accuracy(took, bits) >= 0.9, took
+
+
+def test_a_huge_one_hot_k_is_refused_before_anything_is_allocated() -> None:
+    """The builtin one-hot ``pre`` built a list of the analyst's ``k`` entries in the agent's own
+    process: ``k = 2·10⁸`` held the step 5 s past its schedule (a 1.6 GB list, the main thread
+    waiting for the interpreter), and a larger ``k`` failed only when memory ran out. No T has
+    more coordinates than the query limits allow, so such a ``k`` gives None (domain
+    enforcement), at once."""
+    import time
+
+    import numpy as np
+
+    from dprivacy.local.builtins import PRES
+    from dprivacy.local.limits import DEFAULT_LIMITS
+
+    rng = np.random.default_rng(0)
+    for k in (10**12, DEFAULT_LIMITS.max_length + 1, 0, -3):
+        start = time.monotonic()
+        assert PRES["one_hot"]({"x": "v"}, {"k": k}, None, rng) is None
+        assert time.monotonic() - start < 0.5
+    v = PRES["one_hot"]({"x": "v"}, {"k": DEFAULT_LIMITS.max_length}, None, rng)
+    assert len(v) == DEFAULT_LIMITS.max_length and sum(v) == 1
