@@ -359,6 +359,38 @@ def _real(kind: str, value: Any, rows: int) -> bool:
         return False
 
 
+def warm_up(load: Load, ledger: Path, analysts: list[str]) -> dict[str, float]:
+    """Each kind once; returns its PINQ cost per answer, measured on the ledger."""
+    import httpx
+
+    from dprivacy.tables import Ledger
+
+    cost: dict[str, float] = {}
+
+    def spent(led: Any, a: str) -> float:
+        return sum(i - r for n, i, r, _c in led.named_budgets(f"pinq:pinq/{a}")
+                   if n == f"pinq:pinq/{a}")
+
+    def run(a: str, kinds: list[str]) -> None:
+        led = Ledger(ledger)
+        with httpx.Client(base_url=load.server.url, timeout=600,
+                          headers={"Authorization": f"Bearer {load.keys[a]}",
+                                   "Content-Type": "application/json"}) as c:
+            for k in kinds:
+                before = spent(led, a)
+                st, _retry = load.one(c, a, k, "warm-up", "share")
+                cost[k] = spent(led, a) - before if st == 200 else 0.0
+        led.close()
+
+    jobs = {a: KINDS[i::len(analysts)] for i, a in enumerate(analysts[:len(KINDS)])}
+    threads = [threading.Thread(target=run, args=(a, ks)) for a, ks in jobs.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return cost
+
+
 def run_phase(load: Load, phase: str, analysts: list[str], duration: float, flood: int,
               kill_at: float | None) -> dict[str, Any]:
     load.stop.clear()
@@ -386,13 +418,11 @@ def run_phase(load: Load, phase: str, analysts: list[str], duration: float, floo
     return info
 
 
-def summarise(df: pd.DataFrame) -> pd.DataFrame:
-    rows = []
-    for (phase, analyst, role), g in df.groupby(["phase", "analyst", "role"], sort=False):
-        ok = g[g.status == 200]
-        late = (ok.seconds - ok.deadline).to_numpy()
-        rows.append({
-            "phase": phase, "analyst": analyst, "role": role, "requests": len(g),
+def summarise_one(g: pd.DataFrame, phase: str, analyst: str, role: str) -> dict[str, Any]:
+    """One row of the report: the requests ``g`` of one phase and analyst (or a pool)."""
+    ok = g[g.status == 200]
+    late = (ok.seconds - ok.deadline).to_numpy()
+    return {"phase": phase, "analyst": analyst, "role": role, "requests": len(g),
             "answers": len(ok), "real": int(ok.real.sum()),
             "late_median_ms": 1e3 * float(np.median(late)) if late.size else np.nan,
             "late_p99_ms": 1e3 * float(np.quantile(late, 0.99)) if late.size else np.nan,
@@ -402,8 +432,21 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
             "failed_in_flight_at_kill": int(g.at_kill.sum()),
             "failed_while_down": int(g.while_down.sum()),
             "failed_other": int(((g.status == -1) & ~g.at_kill & ~g.while_down).sum()),
-            "other_errors": int((~g.status.isin([200, 429, 503, 409, -1])).sum())})
-    return pd.DataFrame(rows)
+            "other_errors": int((~g.status.isin([200, 429, 503, 409, -1])).sum())}
+
+
+def summarise(df: pd.DataFrame) -> pd.DataFrame:
+    order = {"warm-up": 0, "steady": 1, "flood": 2}
+    groups = sorted(df.groupby(["phase", "analyst", "role"]),
+                    key=lambda kg: (order.get(kg[0][0], 9), int(kg[0][1][1:]), kg[0][2]))
+    rows = [summarise_one(g, phase, analyst, role) for (phase, analyst, role), g in groups]
+    out = pd.DataFrame(rows)
+    for phase in ("steady", "flood"):  # every analyst but the flooder a0, pooled
+        g = df[(df.phase == phase) & (df.analyst != "a0")]
+        if len(g):
+            one = summarise_one(g, phase, "others (not a0)", "share")
+            out = pd.concat([out, pd.DataFrame([one])], ignore_index=True)
+    return out
 
 
 def audit(work: Path, df: pd.DataFrame, cost: dict[str, float], analysts: list[str],
@@ -556,22 +599,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"deadlines ({rule}): " + ", ".join(f"{k} {dl[(analysts[0], k)]:.3f} s"
                                                   for k in KINDS), flush=True)
         load = Load(server, keys, body, dl, args.rows, seed=0)
-        # warm-up: each kind once by a0, its PINQ cost read from the ledger
-        import httpx
-
-        from dprivacy.tables import Ledger
-
-        cost: dict[str, float] = {}
-        with httpx.Client(base_url=server.url, timeout=600,
-                          headers={"Authorization": f"Bearer {keys[analysts[0]]}",
-                                   "Content-Type": "application/json"}) as c:
-            led = Ledger(work / "state" / "pinq.sqlite")
-            for k in KINDS:
-                before = {n: i - r for n, i, r, _c in led.named_budgets("pinq:pinq/a0")}
-                st, _retry = load.one(c, analysts[0], k, "warm-up", "share")
-                after = {n: i - r for n, i, r, _c in led.named_budgets("pinq:pinq/a0")}
-                cost[k] = (sum(after.values()) - sum(before.values())) if st == 200 else 0.0
-            led.close()
+        # warm-up: each kind once (kind i by analyst i mod n, the analysts in parallel), its
+        # PINQ cost read from that analyst's own ledger record
+        cost = warm_up(load, work / "state" / "pinq.sqlite", analysts)
         print(f"PINQ cost per answer (from the ledger): {cost}", flush=True)
         infos = {"steady": run_phase(load, "steady", analysts, args.duration, 0, None)}
         print(f"steady: {infos['steady']}", flush=True)
