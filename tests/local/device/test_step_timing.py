@@ -13,6 +13,8 @@ reply; 40 + 40 users, as a root agent (each call under a fresh uid) and as a non
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import threading
 import time
@@ -57,6 +59,9 @@ class _Response:
     def json(self) -> Any:
         return self._body
 
+    def iter_bytes(self) -> Any:
+        yield json.dumps(self._body).encode()
+
 
 class StampingAggregator:
     """Duck-typed httpx client: serves one query and stamps fetch and reply times per user."""
@@ -73,6 +78,11 @@ class StampingAggregator:
     def post(self, path: str, json: Any, headers: Any = None) -> _Response:
         self.stamps[self.user].append(time.monotonic())
         return _Response({"stored": True})
+
+    @contextlib.contextmanager
+    def stream(self, method: str, path: str, *, params: Any = None, json: Any = None,
+               headers: Any = None) -> Any:
+        yield self.get(path, params, headers) if method == "GET" else self.post(path, json, headers)
 
 
 def best_threshold_accuracy(x: np.ndarray, bits: np.ndarray) -> float:
