@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     cert = {"metric": spec.name, "params": list(args.param), "universe": args.universe,
             "universe_fingerprint": U.fingerprint(), "loss": args.loss, "quality": args.quality,
             "prior": args.prior or "uniform", "method": args.method, "dilation": args.dilation,
-            "expected_loss": lp.expected_loss, "lower_bound": bound,
+            "expected_loss": lp.expected_loss, "lower_bound": bound if math.isfinite(bound) else None,
             "lower_bound_of": "the spanner LP" if args.dilation else "every eps-d_X-private T",
             "lp_status": status, "cost": c, "gap": r.gap if math.isfinite(r.gap) else None,
             "solve_seconds": lp.solve_seconds,

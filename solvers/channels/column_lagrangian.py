@@ -31,7 +31,9 @@ invariant (:mod:`solvers.channels.symmetry`), an optimal T with ``T[p[x], p[z]] 
 exists. Then only one output per orbit is priced, the master has one row per orbit of inputs,
 and ``u`` is constant on orbits (the bound above still holds: it holds for any ``u``).
 
-Pair rows of a pricing LP are added lazily (cutting planes) when there are many pairs (e.g.
+Budgets above ``CAP`` nats enter the pricing LPs at ``CAP`` (a tighter constraint: the columns
+stay private; the optimum moves by about ``exp(-CAP)`` relative) and get no weight in the bound,
+which stays valid. Pair rows of a pricing LP are added lazily (cutting planes) when there are many pairs (e.g.
 every pair of a Euclidean metric); with a sparse pair set (the edges of a graph metric,
 :func:`solvers.channels.spanner.graph_edges`) they are all there from the start.
 
@@ -57,6 +59,9 @@ __all__ = ["ColumnResult", "solve_by_columns"]
 log = logging.getLogger(__name__)
 
 _NONE = np.zeros(0, dtype=np.int32)
+
+#: Largest pair budget (nats) put into a pricing LP as it is; larger ones enter at this value.
+CAP = 23.0
 
 
 @dataclass(frozen=True)
@@ -84,7 +89,11 @@ class _Pricer:
 
     def __init__(self, n: int, x: np.ndarray, y: np.ndarray, b: np.ndarray, eps: np.ndarray,
                  outputs: np.ndarray, neighbours: int, tol: float) -> None:
-        self.n, self.x, self.y, self.eb, self.tol = n, x, y, np.exp(b), tol
+        self.n, self.x, self.y, self.tol = n, x, y, tol
+        # budgets above CAP enter the LPs at CAP (a tighter constraint, so every column is still
+        # private; HiGHS cannot handle coefficients like e^400); the bound gives them no weight
+        self.eb = np.exp(np.minimum(b, CAP))
+        self.exact = b <= CAP
         self.lazy = x.size > 32 * n
         self.start = (nearest_pairs(eps, neighbours)[x, y] if self.lazy
                       else np.ones(x.size, dtype=bool))
@@ -106,15 +115,25 @@ class _Pricer:
     def n_rows(self) -> int:
         return int(sum(sum(a.size for a in r) for r in self.rows.values()))
 
-    def solve(self, z: int, g: np.ndarray) -> tuple[np.ndarray, float]:
+    def solve(self, z: int, g: np.ndarray) -> tuple[np.ndarray | None, float]:
         """A vertex ``v`` of P of least ``<g, v>`` (pair rows within ``tol``) and a proven lower
-        bound on that least value."""
+        bound on that least value (``v`` None if HiGHS did not solve the LP; the bound is then
+        the weak ``sum(min(g, 0))``)."""
+        import highspy
+
         h = self.models[z]
         self.solves += 1
         h.changeColsCost(self.n, np.arange(self.n, dtype=np.int32), g)
         added = self.added[z]
         while True:
             h.run()
+            if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+                h.clearSolver()  # a failed warm start: once more from scratch
+                h.run()
+                if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+                    log.warning("pricing LP of output %d: %s", z,
+                                h.modelStatusToString(h.getModelStatus()))
+                    return None, float(np.minimum(g, 0.0).sum())
             v = np.clip(np.asarray(h.getSolution().col_value), 0.0, 1.0)
             if not self.lazy:
                 break
@@ -128,6 +147,9 @@ class _Pricer:
             self._add(z, bad)
         p = np.concatenate(self.rows[z])
         w = np.clip(-np.asarray(h.getSolution().row_dual), 0.0, None)
+        if w.size != p.size:  # no usable duals: the bound with w = 0 still holds
+            return v, float(np.minimum(g, 0.0).sum())
+        w = np.where(self.exact[p], w, 0.0)  # capped rows are not the true constraints
         r = g.copy()
         np.add.at(r, self.x[p], w)
         np.add.at(r, self.y[p], -self.eb[p] * w)
@@ -173,7 +195,8 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray, y: np.nda
     gap : float
         Stop when ``(master - bound) <= gap · |master|`` (relative).
     time_limit : float, optional
-        Seconds; the master's current feasible T and the best bound so far are returned.
+        Seconds; the master's current feasible T and the best bound so far are returned (after
+        one round of pricing at least, so that there is a bound).
     max_rounds : int
     alpha : float in [0, 1)
         Wentges smoothing weight on the best multipliers so far.
@@ -277,7 +300,8 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray, y: np.nda
                 if obj_old - obj <= 1e-12 * abs(obj) and best_lb - lb_old <= 1e-12 * abs(obj):
                     status = "Stalled"  # neither side moved for `stall` rounds: the gap is final
                     break
-            if time_limit is not None and time.perf_counter() - t0 > time_limit:
+            if (time_limit is not None and time.perf_counter() - t0 > time_limit
+                    and np.isfinite(best_lb)):  # (one round of pricing first: a bound to report)
                 status = "Time limit reached"
                 break
             if met:  # the bound met a master that still uses slack: widen those rows' box
@@ -299,7 +323,10 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray, y: np.nda
             added = 0
             tau = 1e-12 * max(abs(obj), 1e-300) / m
             for k in range(m):
-                v = out[k][0]
+                vk = out[k][0]
+                if vk is None:
+                    continue
+                v = vk
                 rc = size[k] * float((cost[:, reps[k]] - u) @ v) - sigma[k]
                 if rc < -tau:
                     add(k, v)

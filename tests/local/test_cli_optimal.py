@@ -94,6 +94,30 @@ def test_optimal_usage_and_input_errors(tmp_path, capsys) -> None:
     assert not (tmp_path / "missing").exists()
 
 
+def test_gap_and_time_limit_give_a_certificate(tmp_path, capsys) -> None:
+    grid = tmp_path / "g.csv"
+    grid.write_text("name,x,y\n" + "".join(f"c{i}{j},{i},{j}\n" for i in range(5) for j in range(5)))
+    base = ["--universe", str(grid), "--metric", "euclidean", "--param", "eps_per_unit=0.5"]
+    code, out, _ = _run(capsys, *base, "--gap", "0.01", "--out", str(tmp_path / "T.json"))
+    assert code == 0, out
+    cert = json.loads((tmp_path / "T.json").read_text())["optimal"]
+    assert 0 <= cert["gap"] <= 0.01 and cert["lower_bound"] <= cert["expected_loss"]
+    assert cert["dx_check"]["ok"] and cert["dx_check"]["checked"] == "all pairs"
+    assert cert["method"] == "lagrangian" and "%" in out
+    # the bound is below the optimum found by an independent method
+    code, out2, _ = _run(capsys, *base, "--method", "direct", "--out", str(tmp_path / "T2.json"))
+    assert code == 0 and cert["lower_bound"] <= _figure(out2, "expected loss") * (1 + 1e-9)
+    # one round only: still private, still a valid bound (maybe a wide gap)
+    code, out3, _ = _run(capsys, *base, "--time-limit", "0.001", "--out", str(tmp_path / "T3.json"))
+    assert code == 0, out3
+    c3 = json.loads((tmp_path / "T3.json").read_text())["optimal"]
+    assert c3["dx_check"]["ok"] and c3["lower_bound"] <= _figure(out2, "expected loss") * (1 + 1e-9)
+    assert _run(capsys, *base, "--gap", "2", "--out", str(tmp_path / "T4.json"))[0] == 2
+    code, _, err = _run(capsys, *base, "--method", "direct", "--gap", "0.1",
+                        "--out", str(tmp_path / "T4.json"))
+    assert code == 2 and "--gap" in err and not (tmp_path / "T4.json").exists()
+
+
 def test_help_describes_every_flag(capsys) -> None:
     import argparse
 

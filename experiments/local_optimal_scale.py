@@ -1,0 +1,218 @@
+"""How far the optimal d_X-local randomiser scales: grids and US cities, with certified gaps.
+
+For each setting (locations, metric, loss, prior) the optimal randomiser is solved by the
+column decomposition (``method="lagrangian"``, :func:`solvers.channels.optimal.solve_dx_lp`) to a
+target relative gap or a time limit, and the table gives the time, the expected loss of the
+returned (private) randomiser, the lower bound proven on the optimum, their relative gap, the
+solver's status, the number of pair constraints, the order of the symmetry group used, the plain
+HiGHS LP (every constraint at once, ``method="direct"``) where the size allows, and the planar
+Laplace mechanism's expected loss at the same ε (with remapping to the nearest location; planar
+Laplace is ε·Euclidean-private, hence also ε·Manhattan-private since the Manhattan distance is
+the larger).
+
+Settings: square grids of unit spacing under the Manhattan distance (a graph metric: only the grid's
+edges are constrained, which is exact) and the Euclidean distance (every pair, added lazily);
+uniform prior, and a "population" prior on grids (the shipped US cities' populations binned on
+the grid over the lower 48 states, plus one person per cell). The US cities: the N most populous
+shipped cities of the lower 48 states (at most 810 are shipped), projected to km
+(equirectangular), Euclidean distance, uniform or population prior. The loss is the Euclidean
+distance or its square. Each returned randomiser is checked for d_X-privacy on every pair
+(column ``private``), independently of the solver.
+
+Sizes, the gap, the time limit and the plain-LP cut-off are command-line parameters (see
+``--help``); the load average at the start and end of each row is recorded, since the machine
+may be shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from scipy.spatial.distance import cdist
+
+from dprivacy.data import load_us_cities
+from dprivacy.local.baselines import planar_laplace_loss
+from dprivacy.local.cost import check_dx
+from experiments._common import RESULTS_DIR, default_outdir, format_table, parser, save_figure, write_csv
+from solvers.channels.optimal import solve_dx_lp
+from solvers.channels.symmetry import square_symmetries
+
+NAME = "local_optimal_scale"
+COLUMNS = ["setting", "N", "metric", "loss", "prior", "eps_per_unit", "target_gap", "time_limit",
+           "seconds", "expected_loss", "lower_bound", "gap", "status", "rounds", "pairs",
+           "graph_edges", "group_order", "plain_seconds", "plain_loss", "plain_status",
+           "planar_loss", "planar_se", "ratio_planar", "private", "load_start", "load_end"]
+
+
+def grid_points(side: int) -> np.ndarray:
+    return np.array([(i, j) for i in range(side) for j in range(side)], dtype=float)
+
+
+def _lower48() -> pd.DataFrame:
+    c = load_us_cities()
+    return c[~c.state.isin(["AK", "HI", "PR"])]
+
+
+def grid_population(side: int) -> np.ndarray:
+    """The shipped US cities' populations binned on a side x side grid over their bounding box
+    (row i = latitude band, column j = longitude band), plus one person per cell."""
+    c = _lower48()
+    lat, lon = c.latitude.to_numpy(), c.longitude.to_numpy()
+    i = np.minimum(((lat - lat.min()) / (np.ptp(lat) + 1e-12) * side).astype(int), side - 1)
+    j = np.minimum(((lon - lon.min()) / (np.ptp(lon) + 1e-12) * side).astype(int), side - 1)
+    w = np.ones(side * side)
+    np.add.at(w, i * side + j, c.population.to_numpy(dtype=float))
+    return w / w.sum()
+
+
+def city_points(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The n most populous shipped lower-48 cities in km (equirectangular) and their populations."""
+    c = _lower48().nlargest(n, "population")
+    lat, lon = np.radians(c.latitude.to_numpy()), np.radians(c.longitude.to_numpy())
+    r = 6371.0088
+    pts = np.column_stack([r * (lon - lon.mean()) * np.cos(lat.mean()), r * (lat - lat.mean())])
+    return pts, c.population.to_numpy(dtype=float)
+
+
+def _load() -> float:
+    return float(os.getloadavg()[0])
+
+
+def one(setting: str, pts: np.ndarray, metric: str, eps_unit: float, loss: str, prior_name: str,
+        prior: np.ndarray | None, *, gap: float, time_limit: float, plain_max: int, samples: int,
+        seed: int) -> dict:
+    load0 = _load()
+    d = cdist(pts, pts)
+    eps = eps_unit * (cdist(pts, pts, "cityblock") if metric == "manhattan" else d)
+    L = d if loss == "distance" else d ** 2  # noqa: N806
+    t0 = time.perf_counter()
+    r = solve_dx_lp(eps, L, prior, method="lagrangian", gap=gap, time_limit=time_limit,
+                    symmetries=square_symmetries(pts))
+    secs = time.perf_counter() - t0
+    private = bool(check_dx(r.T, eps, rtol=1e-9).ok)
+    plain_s, plain_l, plain_st = np.nan, np.nan, "skipped (N > plain_max)"
+    if len(pts) <= plain_max:
+        t1 = time.perf_counter()
+        try:
+            p = solve_dx_lp(eps, L, prior, method="direct", time_limit=time_limit)
+            plain_l, plain_st = p.expected_loss, str(p.info["status"])
+        except RuntimeError as e:  # no solution within the limit
+            plain_st = f"failed: {e}"[:60]
+        plain_s = time.perf_counter() - t1
+    pl, se = planar_laplace_loss(pts, eps_unit, L, prior, samples=samples, rng=seed)
+    return {"setting": setting, "N": len(pts), "metric": metric, "loss": loss, "prior": prior_name,
+            "eps_per_unit": eps_unit, "target_gap": gap, "time_limit": time_limit, "seconds": secs,
+            "expected_loss": r.expected_loss, "lower_bound": r.lower_bound, "gap": r.gap,
+            "status": str(r.info["status"]), "rounds": int(r.info["rounds"]),
+            "pairs": int(r.info["pairs"]), "graph_edges": bool(r.info["graph_edges"]),
+            "group_order": int(r.info["group_order"]), "plain_seconds": plain_s,
+            "plain_loss": plain_l, "plain_status": plain_st, "planar_loss": pl, "planar_se": se,
+            "ratio_planar": pl / r.expected_loss, "private": private, "load_start": load0,
+            "load_end": _load()}
+
+
+def plan(grids: list[int], cities: list[int], metrics: list[str], losses: list[str],
+         priors: list[str]) -> list[tuple]:
+    """(setting, points, metric, ε per unit, prior name, prior) of every run, loss apart."""
+    out = []
+    for side in grids:
+        pts = grid_points(side)
+        for metric in metrics:
+            for pr in priors:
+                w = None if pr == "uniform" else grid_population(side)
+                out.append((f"grid {side}x{side}", pts, metric, 0.5, pr, w))
+    for n in cities:
+        pts, pop = city_points(n)
+        # ε per km: one over the median nearest-neighbour distance
+        dd = cdist(pts, pts)
+        np.fill_diagonal(dd, np.inf)
+        e = 1.0 / float(np.median(dd.min(axis=1)))
+        for pr in priors:
+            out.append((f"cities {n}", pts, "euclidean", e, pr, None if pr == "uniform" else pop / pop.sum()))
+    return out
+
+
+def run(quick: bool = False, seed: int = 0, outdir: Path = RESULTS_DIR, *,
+        grids: list[int] | None = None, cities: list[int] | None = None,
+        metrics: list[str] | None = None, losses: list[str] | None = None,
+        priors: list[str] | None = None, gap: float = 1e-3, time_limit: float = 600.0,
+        plain_max: int = 100, samples: int = 2000, append: bool = False) -> pd.DataFrame:
+    if quick:
+        grids, cities = grids or [4, 5], cities if cities is not None else [15]
+        time_limit, samples, plain_max = min(time_limit, 60.0), 500, min(plain_max, 25)
+    grids = [10, 20, 30, 50] if grids is None else grids
+    cities = [500, 810] if cities is None else cities
+    metrics = metrics or ["manhattan", "euclidean"]
+    losses = losses or ["distance", "squared"]
+    priors = priors or ["uniform", "population"]
+    rows = []
+    old = Path(outdir) / f"{NAME}.csv"
+    if append and old.exists():  # keep the rows of earlier runs (e.g. other sizes)
+        rows = pd.read_csv(old).to_dict("records")
+    for setting, pts, metric, e, pr, w in plan(grids, cities, metrics, losses, priors):
+        for loss in losses:
+            rows.append(one(setting, pts, metric, e, loss, pr, w, gap=gap, time_limit=time_limit,
+                            plain_max=plain_max, samples=samples, seed=seed))
+            print({k: rows[-1][k] for k in ("setting", "metric", "loss", "prior", "seconds",
+                                             "gap", "status", "private", "load_start")}, flush=True)
+            df = pd.DataFrame(rows, columns=COLUMNS)
+            write_csv(df, outdir, NAME)  # after every row: a long run keeps what it measured
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    for (metric, loss), g in df.groupby(["metric", "loss"]):
+        ax.loglog(g.N, g.seconds, "o-", label=f"{metric}, {loss}")
+    ax.set_xlabel("locations N")
+    ax.set_ylabel("seconds to the target gap (or the limit)")
+    ax.legend(fontsize=7)
+    save_figure(fig, outdir, NAME)
+    return df
+
+
+def summarize(df: pd.DataFrame) -> pd.DataFrame:
+    return df[["setting", "metric", "loss", "prior", "seconds", "expected_loss", "lower_bound",
+               "gap", "status", "plain_seconds", "planar_loss", "ratio_planar", "private",
+               "load_start"]]
+
+
+def _ints(s: str) -> list[int]:
+    return [int(v) for v in s.split(",") if v.strip()]
+
+
+def _words(s: str) -> list[str]:
+    return [v.strip() for v in s.split(",") if v.strip()]
+
+
+def main(argv: list[str] | None = None) -> pd.DataFrame:
+    p: argparse.ArgumentParser = parser(NAME, __doc__)
+    p.add_argument("--grids", type=_ints, default=None, help="grid sides (default 10,20,30,50)")
+    p.add_argument("--cities", type=_ints, default=None,
+                   help="numbers of cities (default 500,810; at most 810 are shipped)")
+    p.add_argument("--metrics", type=_words, default=None, help="manhattan,euclidean (grids)")
+    p.add_argument("--losses", type=_words, default=None, help="distance,squared")
+    p.add_argument("--priors", type=_words, default=None, help="uniform,population")
+    p.add_argument("--gap", type=float, default=1e-3, help="target relative gap (default 0.001)")
+    p.add_argument("--time-limit", type=float, default=600.0, help="seconds per solve (default 600)")
+    p.add_argument("--plain-max", type=int, default=100,
+                   help="largest N for the plain HiGHS LP (default 100)")
+    p.add_argument("--append", action="store_true",
+                   help="add the rows to the CSV already in the output directory")
+    a = p.parse_args(argv)
+    outdir = a.outdir or default_outdir(a.quick)
+    t0 = time.perf_counter()
+    df = run(a.quick, a.seed, outdir, grids=a.grids, cities=a.cities, metrics=a.metrics,
+             losses=a.losses, priors=a.priors, gap=a.gap, time_limit=a.time_limit,
+             plain_max=a.plain_max, append=a.append)
+    print(format_table(summarize(df)))
+    print(f"[{NAME}] {time.perf_counter() - t0:.1f} s; wrote {outdir / (NAME + '.csv')}")
+    return df
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
