@@ -17,7 +17,10 @@ def test_bench_service_load_quick(tmp_path):
     summary = pd.read_csv(tmp_path / "bench_service_load_quick.csv")
     assert set(summary.phase) == {"warm-up", "steady", "flood"}
     steady = summary[summary.phase == "steady"]
-    assert sorted(steady.analyst) == ["a0", "a1", "a2"] and (steady.answers >= 1).all()
+    assert sorted(steady.analyst) == ["a0", "a1", "a2", "others (not a0)"]
+    assert (steady.answers >= 1).all()
+    pooled = steady[steady.analyst == "others (not a0)"].iloc[0]
+    assert pooled.answers == steady[steady.analyst.isin(["a1", "a2"])].answers.sum()
     assert (steady.admission_refusals == 0).all() and (steady.other_errors == 0).all()
     assert "flood" in set(summary[summary.phase == "flood"].role)
     records = out["records"]
