@@ -228,7 +228,7 @@ def run(quick: bool = False, seed: int = 0, outdir: Path = C.RESULTS_DIR,
         C.write_csv(_merged(old, rows), outdir, name_out)
     df = _merged(old, rows)
     C.write_csv(df, outdir, name_out)
-    write_markdown(df, outdir, quick, name_out)
+    write_markdown(df, outdir, quick, name_out, only if update else None)
     return df
 
 
@@ -246,7 +246,8 @@ def _merged(old: pd.DataFrame | None, rows: list[dict]) -> pd.DataFrame:
     return out
 
 
-def write_markdown(df: pd.DataFrame, outdir: Path, quick: bool, name: str = NAME) -> None:
+def write_markdown(df: pd.DataFrame, outdir: Path, quick: bool, name: str = NAME,
+                   updated: str | None = None) -> None:
     def g(v: float) -> str:
         return "n/a" if not np.isfinite(v) else f"{v:.4g}"
     load = os.getloadavg()
@@ -260,6 +261,8 @@ def write_markdown(df: pd.DataFrame, outdir: Path, quick: bool, name: str = NAME
         "`design_strategy` at eps_ij (pure).  Errors are total expected squared errors; "
         "`gap` = (Gaussian error - dual bound) / Gaussian error, certified; `max delta` is "
         "recomputed from the strategy's columns over every pair.",
+        *([f"Rows whose name contains {updated!r} come from a later run with `--only` and "
+           "`--update` (that run's load average is the one above)."] if updated else []),
         "",
         "| workload | N | m | Laplace error | Gaussian error | dual bound | certified gap | "
         "iterations | seconds | Laplace / Gaussian | max delta | method |",
