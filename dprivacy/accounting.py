@@ -283,8 +283,13 @@ class Accountant:
         """Number of releases this object charged (in this process)."""
         return self._releases
 
-    def can_afford(self, cost: float) -> bool:
-        """Whether a release of ``cost`` would be granted now (charges nothing)."""
+    def can_afford(self, cost: float, *, notion: str = "pure") -> bool:
+        """Whether a release of ``cost`` (in ``notion``) would be granted now (charges nothing;
+        False for a zCDP cost on a pure budget, which is refused whatever is left)."""
+        if notion not in NOTIONS:
+            raise ValidationError(f"notion = {notion!r}: choose one of {', '.join(NOTIONS)}")
+        if notion != self.notion and self.notion == "pure":
+            return False
         c = to_units(_check_amount(cost, "cost"), round_up=True)
         if self._ledger is not None:
             return c <= round(self.remaining * _PER)

@@ -54,7 +54,7 @@ def pair_constraint_set(metric: Metric, universe: Universe) -> ConstraintSet:
 
     if metric.edges(universe) is None:
         return metric.constraint_set(universe)
-    if universe.N <= DENSE_LIMIT:
+    if universe.N <= DENSE_LIMIT and not metric._prunes(universe):
         return with_scan_hints(metric, universe, ConstraintSet.dense(metric.budget(universe)))
     return with_scan_hints(metric, universe, ConstraintSet.oracle(
         universe.N, lambda rows: checked_budget(metric, lambda: metric.block(universe, rows)),

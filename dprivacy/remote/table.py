@@ -283,6 +283,15 @@ class RemoteTable:
         return self._number(self._ask({"op": "noisy_sum", "eps": eps, "f": self._expr(f, "f"),
                                 "lo": lo, "hi": hi}))
 
+    def gaussian_count(self, rho: float) -> float:
+        """|T| + discrete Gaussian noise of sigma = 1/sqrt(2 rho) (a PINQ source in zCDP mode)."""
+        return self._number(self._ask({"op": "gaussian_count", "rho": rho}))
+
+    def gaussian_sum(self, rho: float, f: Any = None, lo: float = -1.0, hi: float = 1.0) -> float:
+        """Σ clamp(f(x), lo, hi) + N(0, sigma²), sigma = max(|lo|, |hi|)/sqrt(2 rho) (zCDP mode)."""
+        return self._number(self._ask({"op": "gaussian_sum", "rho": rho, "f": self._expr(f, "f"),
+                                "lo": lo, "hi": hi}))
+
     def noisy_average(self, eps: float, f: Any = None, lo: float = -1.0,
                       hi: float = 1.0) -> float:
         """Noisy average of clamp(f(x), lo, hi)."""

@@ -17,6 +17,8 @@ Example (``service.toml``; paths are relative to the file)::
     kind = "proper"            # or "pinq"
     id = "pid"                 # ProPer: the identity column
     budget = 1.0               # PINQ: each analyst's budget; ProPer: default personal budget
+    # notion = "zcdp"          # PINQ: the budget is a zCDP rho (Gaussian queries; pure ε ones
+    #                          # are charged ε²/2); default "pure"
     # budget_column = "eps"    # ProPer: personal budgets from a column
     # query_seconds = 2.0      # this source's own deadline (the largest in a plan applies)
     # [source.release]         # d_X releases: the owner's universe and metric (see
@@ -68,6 +70,8 @@ class SourceConfig:
     table: str | None = None
     query_seconds: float | None = None
     release: ReleaseSpec | None = None
+    #: PINQ: "pure" (the budget is ε) or "zcdp" (the budget is rho: a table in zCDP mode)
+    notion: str = "pure"
 
     @property
     def format(self) -> str:
@@ -156,7 +160,7 @@ def parse_config(doc: dict[str, Any], base: Path, default_state: Path) -> Servic
             raise ConfigError(f"{where}: expected a table")
         _take(s, {"name": str, "path": str, "kind": str, "id": str, "budget": num,
                   "budget_column": str, "table": str, "query_seconds": num,
-                  "release": dict}, where)
+                  "release": dict, "notion": str}, where)
         for k in ("name", "path", "kind"):
             if k not in s:
                 raise ConfigError(f"{where}: {k} is required")
@@ -176,18 +180,26 @@ def parse_config(doc: dict[str, Any], base: Path, default_state: Path) -> Servic
                 raise ConfigError(f"{where}: a PINQ source needs budget (each analyst's budget)")
             if "id" in s or "budget_column" in s:
                 raise ConfigError(f"{where}: id and budget_column are for ProPer sources")
+            if s.get("notion", "pure") not in ("pure", "zcdp"):
+                raise ConfigError(f"{where}: notion {s['notion']!r}: expected 'pure' or 'zcdp'")
+            if s.get("notion") == "zcdp" and not float(budget) > 0:
+                raise ConfigError(f"{where}: a zCDP budget (rho) is a number > 0")
         else:
             if "id" not in s:
                 raise ConfigError(f"{where}: a ProPer source needs id (the stable identity column)")
             if (budget is None) == ("budget_column" not in s):
                 raise ConfigError(f"{where}: give exactly one of budget and budget_column")
+            if "notion" in s:
+                raise ConfigError(f"{where}: notion is for PINQ sources (ProPer budgets are "
+                                  "pure ε)")
         qs = s.get("query_seconds")
         src = SourceConfig(
             name=s["name"], path=(base / s["path"]).resolve(), kind=s["kind"],
             budget=None if budget is None else float(budget), id=s.get("id"),
             budget_column=s.get("budget_column"), table=s.get("table"),
             query_seconds=None if qs is None else _positive(qs, f"{where}: query_seconds"),
-            release=parse_release(s["release"], base, where) if "release" in s else None)
+            release=parse_release(s["release"], base, where) if "release" in s else None,
+            notion=s.get("notion", "pure"))
         if src.format == "duckdb" and src.table is None:
             raise ConfigError(f"{where}: a DuckDB database needs table (the table's name)")
         sources.append(src)

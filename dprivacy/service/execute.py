@@ -172,6 +172,10 @@ def run_query(t: Any, q: dict[str, Any], release: ReleaseInputs | None = None) -
     ``release``: the owner's universe and metric of the plan's source (for ``release``)."""
     if q["op"] == "release":
         return run_release(t, q, release)
+    if q["op"] == "gaussian_count":
+        return t.gaussian_count(q["rho"])
+    if q["op"] == "gaussian_sum":
+        return t.gaussian_sum(q["rho"], _fx(q.get("f")), **_range(q))
     op, eps = q["op"], q["eps"]
     if op == "noisy_count":
         return t.noisy_count(eps)

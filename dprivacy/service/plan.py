@@ -26,7 +26,8 @@ owner's universe and metric: :mod:`dprivacy.service.releases`) and ``grouped(eps
 aggs)``: one answer per public key of ``keys`` for ε in total (``by`` the key column or
 expression; ``aggs`` maps names to ``{"how": "count"}`` or ``{"how": "sum"|"mean", "f", "lo",
 "hi"}``; :mod:`dprivacy.tables.grouped`), answered as one list of values per key, in the
-order of ``aggs``.
+order of ``aggs``. On a PINQ source in zCDP mode (``notion = "zcdp"``): ``gaussian_count(rho)``
+and ``gaussian_sum(rho, f, lo, hi)``, charged rho (every ε query there is charged ε²/2).
 
 Before the JSON is even parsed, the body's size and its nesting depth are capped; then every
 key, type, name and expression is checked here (:func:`parse_plan`), and the tables' own checks
@@ -72,6 +73,7 @@ QUERY_OPS: dict[str, set[str]] = {
     "exponential_mechanism": {"eps", "candidates", "scores"},
     "release": {"config", "F"},
     "grouped": {"eps", "by", "keys", "aggs"},
+    "gaussian_count": {"rho"}, "gaussian_sum": {"rho", "f", "lo", "hi"},
 }
 MAX_AGGS = 16
 _OPTIONAL = {"columns", "right_on", "f", "lo", "hi", "options", "on"}
@@ -266,7 +268,8 @@ class _Checker:
         if op == "grouped":
             self.grouped(q)
             return
-        self.number(q["eps"], "query.eps")
+        amount = "rho" if op.startswith("gaussian_") else "eps"
+        self.number(q[amount], f"query.{amount}")
         for k in ("lo", "hi", "frac"):
             if q.get(k) is not None:
                 self.number(q[k], f"query.{k}")

@@ -81,7 +81,7 @@ class Owner:
             for a in self.cfg.analysts:
                 if a.may_use(s.name):
                     self.pinq[(s.name, a.name)] = Queryable(
-                        self.raw[s.name], s.budget, ledger=self.ledger,
+                        self.raw[s.name], **_budget(s.notion, s.budget), ledger=self.ledger,
                         source=pinq_record(s.name, a.name), backend="duckdb")
         else:
             budget = s.budget_column if s.budget_column is not None else s.budget
@@ -148,7 +148,13 @@ class Shadows:
         # default too (a refusal only when the real query overran would depend on the data)
         src = self.cfg.source(source)
         budget = max(_SHADOW_BUDGET, src.budget or 0.0) if src is not None else _SHADOW_BUDGET
-        return Queryable(self.empty[source], budget, backend="duckdb")
+        notion = src.notion if src is not None else "pure"
+        return Queryable(self.empty[source], **_budget(notion, budget), backend="duckdb")
+
+
+def _budget(notion: str, amount: float | None) -> dict[str, float | None]:
+    """Queryable's budget argument: ``budget=`` (pure ε) or ``rho=`` (zCDP mode)."""
+    return {"rho": amount} if notion == "zcdp" else {"budget": amount}
 
 
 def refuse_personal() -> UnsupportedOperationError:
