@@ -25,7 +25,7 @@ Steinke 2016; docs/theory.md, "Gaussian noise and metric zCDP"): :meth:`gaussian
 rho) and charge their rho; every pure-ε aggregation still works and is charged ε²/2 (ε-DP
 implies ε²/2-zCDP, their Proposition 1.4); a c-stable transformation multiplies a charge by c²
 (a record then moves an answer by up to c: zCDP grows with the square of the sensitivity, their
-Proposition 1.9 / Lemma 2.4). Partitions still cost the maximum (disjoint parts: a record is in
+Proposition 1.9). Partitions still cost the maximum (disjoint parts: a record is in
 one). Transformations that combine two protected tables, and random samples, are refused in
 zCDP mode: their PINQ charges add the sides' costs, which under zCDP would undercharge (the
 sensitivities add before they are squared).
