@@ -5,8 +5,8 @@ otherwise (both floating-point-safe by default).
 Privacy"): ``P(Z = z) ∝ exp(-z^2 / (2 sigma^2))`` on the integers. For integer answers a and a'
 the Rényi divergence of order alpha between ``a + Z`` and ``a' + Z`` is at most
 ``alpha (a - a')^2 / (2 sigma^2)`` (their zCDP bound for the discrete Gaussian, the same as
-for the continuous Gaussian), so the privacy condition of a Gaussian design (docs/theory.md, "Gaussian noise and
-metric zCDP") holds unchanged when every answer is an integer. Sampling is Algorithm 3 of the
+for the continuous Gaussian), so the privacy condition of a Gaussian design (docs/theory.md,
+"Gaussian noise and metric zCDP") holds unchanged when every answer is an integer. Sampling is Algorithm 3 of the
 same paper, in exact rational arithmetic: with ``sigma^2 = a/b`` (the float sigma is the exact
 rational n/d, so ``sigma^2 = n^2/d^2``) and ``t = floor(sigma) + 1``,
 
