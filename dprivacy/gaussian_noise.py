@@ -6,9 +6,9 @@ Privacy"): ``P(Z = z) ∝ exp(-z^2 / (2 sigma^2))`` on the integers. For integer
 the Rényi divergence of order alpha between ``a + Z`` and ``a' + Z`` is at most
 ``alpha (a - a')^2 / (2 sigma^2)`` (their zCDP bound for the discrete Gaussian, the same as
 for the continuous Gaussian), so the privacy condition of a Gaussian design (docs/theory.md,
-"Gaussian noise and metric zCDP") holds unchanged when every answer is an integer. Sampling is Algorithm 3 of the
-same paper, in exact rational arithmetic: with ``sigma^2 = a/b`` (the float sigma is the exact
-rational n/d, so ``sigma^2 = n^2/d^2``) and ``t = floor(sigma) + 1``,
+"Gaussian noise and metric zCDP") holds unchanged when every answer is an integer. Sampling
+is Algorithm 3 of the same paper, in exact rational arithmetic: with ``sigma^2 = a/b`` (the
+float sigma is the exact rational n/d, so ``sigma^2 = n^2/d^2``) and ``t = floor(sigma) + 1``,
 
 1. Y is discrete Laplace of scale t (:func:`dprivacy.discrete_noise.discrete_laplace`, exact,
    batched);
