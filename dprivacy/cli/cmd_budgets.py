@@ -40,7 +40,8 @@ def _pinq_rows(cfg: Any, src: Any) -> list[dict[str, Any]]:
     if path.is_file():
         led = Ledger(path)
         try:
-            for name, init, rem, n in led.named_budgets(f"pinq:{src.name}/"):
+            zcdp = "zcdp:" if src.notion == "zcdp" else ""
+            for name, init, rem, n in led.named_budgets(f"pinq:{zcdp}{src.name}/"):
                 stored[name] = (init, rem, n)
         finally:
             led.close()
@@ -48,7 +49,7 @@ def _pinq_rows(cfg: Any, src: Any) -> list[dict[str, Any]]:
     for a in cfg.analysts:
         if not a.may_use(src.name):
             continue
-        init, rem, n = stored.get(f"pinq:{pinq_record(src.name, a.name)}",
+        init, rem, n = stored.get(f"pinq:{pinq_record(src.name, a.name, src.notion)}",
                                   (float(src.budget or 0.0), float(src.budget or 0.0), 0))
         rows.append({"source": src.name, "kind": "pinq", "analyst": a.name, "left": None,
                      "people": None, "initial": init, "spent": init - rem, "remaining": rem,

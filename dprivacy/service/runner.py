@@ -170,7 +170,7 @@ class Runner:
             assert src is not None
             if src.kind != "pinq":
                 raise refuse_personal()
-            rid = self._ledger.named_record(f"pinq:{pinq_record(n, analyst)}", None)
+            rid = self._ledger.named_record(f"pinq:{pinq_record(n, analyst, src.notion)}", None)
             vals.append(float(self._ledger.remaining([rid])[0]))
         return vals[0] if len(vals) == 1 else vals
 

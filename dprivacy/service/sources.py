@@ -116,9 +116,11 @@ def releases_of(cfg: ServiceConfig) -> dict[str, ReleaseInputs]:
     return out
 
 
-def pinq_record(source: str, analyst: str) -> str:
-    """The ledger name (without its ``pinq:`` prefix) of an analyst's budget on a PINQ source."""
-    return f"{source}/{analyst}"
+def pinq_record(source: str, analyst: str, notion: str = "pure") -> str:
+    """The ledger name (without its ``pinq:`` prefix) of an analyst's budget on a PINQ source
+    (``zcdp:<source>/<analyst>`` for a zCDP source: a Queryable in zCDP mode keeps its budget
+    apart from a pure one)."""
+    return f"{source}/{analyst}" if notion == "pure" else f"zcdp:{source}/{analyst}"
 
 
 class Shadows:
