@@ -29,3 +29,14 @@ def test_quick_run(tmp_path: Path) -> None:
     assert np.all(df["dual_bound"] <= df["gaussian_error"])
     assert np.all(df["max_delta"] <= 1e-6 * (1 + 1e-9)) and np.all(df["max_delta"] > 0.9e-6)
     assert np.all(df["laplace_error"] > 0)
+
+
+def test_grid_warm_start_from_the_half_grid():
+    import dprivacy as dp
+
+    U = dp.Universe.from_points(np.array([[a, b] for a in range(8) for b in range(8)], float))
+    W = dp.ImplicitWorkload.all_rectangles(8, 8)
+    M = dp.metrics.Euclidean(0.1)
+    sol, worst = e._grid_coarse_to_fine(U, M, W, 1e-3, 60.0)
+    assert sol.gap <= 1e-3 and sol.bound <= sol.error
+    assert 0.9e-6 < worst <= 1e-6 * (1 + 1e-9)
