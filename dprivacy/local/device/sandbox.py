@@ -58,6 +58,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import resource
 import secrets
 import signal
@@ -237,9 +238,11 @@ class Sandbox:
                     "rather than run unsandboxed (user namespaces may be disabled)"
                 )
 
-    def command(self, seccomp_fd: int | None = None, runner: str | None = None) -> list[str]:
+    def command(self, seccomp_fd: int | None = None, runner: str | None = None,
+                info_fd: int | None = None) -> list[str]:
         """The ``bwrap`` command line (``seccomp_fd``: the descriptor the filter is read from;
-        ``runner``: the Python source the interpreter runs)."""
+        ``runner``: the Python source the interpreter runs; ``info_fd``: where ``bwrap`` writes
+        the process id of the sandboxed process)."""
         cmd = [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--as-pid-1",
                "--uid", str(INSIDE_ID), "--gid", str(INSIDE_ID), "--cap-drop", "ALL",
                "--die-with-parent", "--new-session", "--clearenv",
@@ -257,6 +260,8 @@ class Sandbox:
         cmd += ["--dev", "/dev", "--remount-ro", "/dev", "--chdir", "/", "--remount-ro", "/"]
         if seccomp_fd is not None:
             cmd += ["--seccomp", str(seccomp_fd)]
+        if info_fd is not None:
+            cmd += ["--info-fd", str(info_fd)]
         if runner is None:
             runner = _RUNNER % (MAX_TASKS, MAX_TASKS)
         else:  # the same task cap, set inside the sandbox's own user namespace, first
@@ -349,29 +354,33 @@ class Sandbox:
             fin.write(payload.encode())
             fin.seek(0)
             rfd, wfd = os.pipe()
+            info_r, info_w = os.pipe()
             try:
                 os.write(wfd, self._filter)  # a few hundred bytes: fits the pipe's buffer
                 os.close(wfd)
                 wfd = -1
                 proc = subprocess.Popen(
-                    self.command(rfd, runner), stdin=fin, stdout=fout, stderr=subprocess.DEVNULL,
+                    self.command(rfd, runner, info_w), stdin=fin, stdout=fout, stderr=subprocess.DEVNULL,
                     env={}, preexec_fn=_limits(memory_mb << 20, cpu),
-                    start_new_session=True, close_fds=True, pass_fds=(rfd,), **ids,
+                    start_new_session=True, close_fds=True, pass_fds=(rfd, info_w), **ids,
                 )
             except OSError as exc:
+                os.close(info_r)
                 return Outcome(False, reason=f"could not start bwrap: {exc}")
             finally:
                 os.close(rfd)
+                os.close(info_w)
                 if wfd >= 0:
                     os.close(wfd)
             try:
                 rc = proc.wait(timeout=time_limit)
             except subprocess.TimeoutExpired:
-                _kill(proc)
+                _kill(proc, info_r)
                 return Outcome(False, reason=f"time-out after {time_limit} s")
             finally:
                 if proc.poll() is None:
-                    _kill(proc)
+                    _kill(proc, info_r)
+                os.close(info_r)
             if rc != 0:
                 return Outcome(False, reason=f"exit status {rc}")
             fout.seek(0)
@@ -388,7 +397,31 @@ class Sandbox:
             return Outcome(False, reason="result is not JSON")
 
 
-def _kill(proc: subprocess.Popen) -> None:
+def _child_pid(info_fd: int) -> int | None:
+    """The sandboxed process's id, as ``bwrap --info-fd`` wrote it (None if not written yet)."""
+    os.set_blocking(info_fd, False)
+    try:
+        raw = os.read(info_fd, 4096)
+    except OSError:
+        return None
+    m = re.search(rb'"child-pid"\s*:\s*(\d+)', raw)
+    return int(m.group(1)) if m else None
+
+
+def _kill(proc: subprocess.Popen, info_fd: int) -> None:
+    """Kill a call at its bound: the sandboxed process itself first (PID 1 of its own PID
+    namespace: the kernel then kills everything in it), then ``bwrap``'s process group.
+
+    Killing ``bwrap`` alone reaches the sandboxed process only through the parent-death signal
+    ``bwrap`` sets for it, which the seccomp filter keeps analyst code from clearing; the direct
+    kill does not depend on it. ``bwrap`` was alive a moment before (the call timed out) and
+    reaps its child only when it dies, so the id names no other process."""
+    pid = _child_pid(info_fd)
+    if pid is not None:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
