@@ -27,7 +27,7 @@ from dprivacy.cli.exits import InputError, UsageError
 BUCKETS = (("none (exhausted)", None, 0.0), ("(0%, 25%]", 0.0, 0.25), ("(25%, 50%]", 0.25, 0.5),
            ("(50%, 75%]", 0.5, 0.75), ("(75%, 100%)", 0.75, 1.0), ("all (untouched)", 1.0, None))
 
-COLUMNS = ["source", "kind", "analyst", "left", "people", "initial", "spent", "remaining",
+COLUMNS = ["source", "kind", "unit", "analyst", "left", "people", "initial", "spent", "remaining",
            "charges"]
 
 
@@ -51,10 +51,16 @@ def _pinq_rows(cfg: Any, src: Any) -> list[dict[str, Any]]:
             continue
         init, rem, n = stored.get(f"pinq:{pinq_record(src.name, a.name, src.notion)}",
                                   (float(src.budget or 0.0), float(src.budget or 0.0), 0))
-        rows.append({"source": src.name, "kind": "pinq", "analyst": a.name, "left": None,
+        rows.append({"source": src.name, "kind": "pinq", "unit": _unit(src), "analyst": a.name,
+                     "left": None,
                      "people": None, "initial": init, "spent": init - rem, "remaining": rem,
                      "charges": n})
     return rows
+
+
+def _unit(src: Any) -> str:
+    """What a PINQ source's budget counts: ε, or ρ for a zCDP source."""
+    return "rho" if src.notion == "zcdp" else "eps"
 
 
 def proper_store(cfg: Any, source: str) -> Path:
@@ -87,7 +93,8 @@ def _proper_rows(cfg: Any, src: Any) -> tuple[list[dict[str, Any]], dict[str, An
             m = (rem >= init) & (rem > 0)
         else:  # part left: 0 < rem < init, so the share lies in (0, 1)
             m = (rem > 0) & (rem < init) & (share > lo) & (share <= hi)
-        rows.append({"source": src.name, "kind": "proper", "analyst": None, "left": label,
+        rows.append({"source": src.name, "kind": "proper", "unit": "eps", "analyst": None,
+                     "left": label,
                      "people": int(m.sum()), "initial": float(init[m].sum()),
                      "spent": float((init[m] - rem[m]).sum()), "remaining": float(rem[m].sum()),
                      "charges": None})
@@ -119,7 +126,8 @@ def cmd_budgets(args: argparse.Namespace) -> int:
         assert src is not None
         if src.kind == "pinq":
             rows = _pinq_rows(cfg, src)
-            print(f"\nsource {n} (PINQ, each analyst's budget {_g(src.budget or 0.0)})")
+            what = "zCDP rho" if _unit(src) == "rho" else "eps"
+            print(f"\nsource {n} (PINQ, each analyst's budget: {what} {_g(src.budget or 0.0)})")
             print(f"  {'analyst':<20} {'initial':>10} {'spent':>10} {'remaining':>10} "
                   f"{'charges':>8}")
             for r in rows:

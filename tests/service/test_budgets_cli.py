@@ -47,6 +47,7 @@ def test_budgets_of_a_served_configuration_equal_the_ledgers(start, tmp_path, ca
                    for ln in out.splitlines()), (label, out)
     assert "200 people, 2 queries committed" in out
     table = pd.read_csv(tmp_path / "b.csv")
+    assert set(table.unit) == {"eps"}
     pinq = table[table.kind == "pinq"].set_index("analyst")
     assert pinq.loc["alice", "remaining"] == pytest.approx(left)
     assert pinq.loc["alice", "charges"] == 2 and pinq.loc["bob", "spent"] == 0
