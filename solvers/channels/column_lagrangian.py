@@ -31,11 +31,13 @@ invariant (:mod:`solvers.channels.symmetry`), an optimal T with ``T[p[x], p[z]] 
 exists. Then only one output per orbit is priced, the master has one row per orbit of inputs,
 and ``u`` is constant on orbits (the bound above still holds: it holds for any ``u``).
 
-Budgets above ``CAP`` nats enter the pricing LPs at ``CAP`` (a tighter constraint: the columns
-stay private; the optimum moves by about ``exp(-CAP)`` relative) and get no weight in the bound,
-which stays valid. Pair rows of a pricing LP are added lazily (cutting planes) when there are many pairs (e.g.
-every pair of a Euclidean metric); with a sparse pair set (the edges of a graph metric,
-:func:`solvers.channels.spanner.graph_edges`) they are all there from the start.
+Pairs with budgets above ``CAP`` nats stay out of the pricing LPs (a relaxation: the bound stays
+valid), and each column the LPs return is lifted to ``v'[y] = max_x v[x] exp(-D[x, y])`` (D: the
+path metric of the pair budgets), the least vector above v that satisfies every pair; it moves
+entries of about ``exp(-CAP)`` of the column's largest. Pair rows of a pricing LP are added
+lazily (cutting planes) when there are many pairs (e.g. every pair of a Euclidean metric); with
+a sparse pair set (the edges of a graph metric, :func:`solvers.channels.spanner.graph_edges`)
+they are all there from the start.
 
 numpy/scipy/highspy only.
 """
@@ -60,7 +62,9 @@ log = logging.getLogger(__name__)
 
 _NONE = np.zeros(0, dtype=np.int32)
 
-#: Largest pair budget (nats) put into a pricing LP as it is; larger ones enter at this value.
+_SMALL = 1e-12  # HiGHS's smallest matrix value (it drops smaller entries)
+
+#: Largest pair budget (nats) put into a pricing LP; pairs above it are met by lifting the column.
 CAP = 23.0
 
 
@@ -90,13 +94,22 @@ class _Pricer:
     def __init__(self, n: int, x: np.ndarray, y: np.ndarray, b: np.ndarray, eps: np.ndarray,
                  outputs: np.ndarray, neighbours: int, tol: float) -> None:
         self.n, self.x, self.y, self.tol = n, x, y, tol
-        # budgets above CAP enter the LPs at CAP (a tighter constraint, so every column is still
-        # private; HiGHS cannot handle coefficients like e^400); the bound gives them no weight
+        # pairs with budgets above CAP stay out of the LPs (HiGHS cannot handle coefficients like
+        # e^400; leaving rows out keeps the bound valid) and each column is then lifted to the
+        # least vector above it that satisfies every pair (closure below)
         self.eb = np.exp(np.minimum(b, CAP))
-        self.exact = b <= CAP
+        self.skip = b > CAP
+        self.closure: np.ndarray | None = None
+        if self.skip.any():
+            if x.size == n * (n - 1):  # every pair: the budgets are the metric itself
+                self.closure = np.exp(-eps)
+            else:
+                self.closure = np.exp(-shortest_path(csr_matrix((b, (x, y)), shape=(n, n)),
+                                                      directed=True))
         self.lazy = x.size > 32 * n
         self.start = (nearest_pairs(eps, neighbours)[x, y] if self.lazy
                       else np.ones(x.size, dtype=bool))
+        self.start &= ~self.skip
         self.models: dict[int, Any] = {}
         self.rows: dict[int, list[np.ndarray]] = {}
         self.added: dict[int, np.ndarray] = {}
@@ -104,7 +117,8 @@ class _Pricer:
         for z in outputs.tolist():
             h = new_highs(threads=1)
             h.addCols(n, np.zeros(n), np.zeros(n), np.ones(n), 0, _NONE, _NONE, np.zeros(0))
-            added = self.start | (x == z) | (y == z) if self.lazy else self.start.copy()
+            added = ((self.start | (x == z) | (y == z)) & ~self.skip if self.lazy
+                     else self.start.copy())
             self.models[z], self.added[z], self.rows[z] = h, added, []
             self._add(z, np.flatnonzero(added))
 
@@ -138,7 +152,7 @@ class _Pricer:
             if not self.lazy:
                 break
             viol = v[self.x] - self.eb * v[self.y]
-            bad = np.flatnonzero((viol > self.tol) & ~added)
+            bad = np.flatnonzero((viol > self.tol) & ~added & ~self.skip)
             if bad.size == 0:
                 break
             if bad.size > 4 * self.n:
@@ -149,10 +163,11 @@ class _Pricer:
         w = np.clip(-np.asarray(h.getSolution().row_dual), 0.0, None)
         if w.size != p.size:  # no usable duals: the bound with w = 0 still holds
             return v, float(np.minimum(g, 0.0).sum())
-        w = np.where(self.exact[p], w, 0.0)  # capped rows are not the true constraints
         r = g.copy()
         np.add.at(r, self.x[p], w)
         np.add.at(r, self.y[p], -self.eb[p] * w)
+        if self.closure is not None:  # v'[y] = max_x v[x] exp(-D[x, y]): in P, and >= v
+            v = np.minimum(np.max(v[:, None] * self.closure, axis=0), 1.0)
         return v, float(np.minimum(r, 0.0).sum())
 
 
@@ -242,6 +257,7 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray, y: np.nda
 
     pricer = _Pricer(n, x, y, b, eps, reps, neighbours, tol)
     master = new_highs(threads=1)
+    master.setOptionValue("small_matrix_value", _SMALL)
     master.setOptionValue("simplex_strategy", 4)  # primal: adding columns keeps the basis feasible
     master.addRows(m, np.ones(m), np.ones(m), 0, _NONE, _NONE, np.zeros(0))  # row sums per orbit
     master.addRows(m, np.full(m, -np.inf), np.ones(m), 0, _NONE, _NONE, np.zeros(0))  # convexity
@@ -256,10 +272,17 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray, y: np.nda
     col_v: list[np.ndarray] = []
     age: list[int] = []
 
-    def add(k: int, v: np.ndarray) -> None:
-        z = int(reps[k])
+    def column(k: int, v: np.ndarray) -> tuple[float, np.ndarray]:
+        """The master column of output orbit k with vertex v: its cost and its row entries, the
+        entries below HiGHS's smallest matrix value set to 0 (as HiGHS would), so that reduced
+        costs computed here are the master's own (the row sums of T then exceed 1 by at most
+        about that much, and are normalised afterwards)."""
         a = size[k] * lift(v)
-        c = size[k] * float(cost[:, z] @ v)
+        a[a < _SMALL] = 0.0
+        return size[k] * float(cost[:, int(reps[k])] @ v), a
+
+    def add(k: int, v: np.ndarray) -> None:
+        c, a = column(k, v)
         idx = np.flatnonzero(a > 0)
         master.addCols(1, np.array([c]), np.zeros(1), np.full(1, np.inf), idx.size + 1,
                        np.zeros(1, dtype=np.int32), np.append(idx, m + k).astype(np.int32),
@@ -321,19 +344,24 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray, y: np.nda
             if lb > best_lb:
                 best_lb, u_best = lb, u_s
             added = 0
-            tau = 1e-12 * max(abs(obj), 1e-300) / m
+            # columns must improve on the master by more than its own dual tolerance, else
+            # HiGHS sees nothing to do and the same columns come back every round
+            tau = max(1e-12, 0.01 * gap) * max(abs(obj), 1e-300) / m
             for k in range(m):
                 vk = out[k][0]
                 if vk is None:
                     continue
                 v = vk
-                rc = size[k] * float((cost[:, reps[k]] - u) @ v) - sigma[k]
+                ck, ak = column(k, v)
+                rc = ck - float(mu @ ak) - sigma[k]
                 if rc < -tau:
                     add(k, v)
                     added += 1
             log.debug("round %d, %.1f s: master %.10g, bound %.10g, added %d, columns %d",
                       rounds, time.perf_counter() - t0, obj, best_lb, added, len(col_k))
-            a = alpha if added else 0.0  # mispricing: price at the master's own duals next
+            # mispricing (nothing added, or the master stuck): price at its own duals next
+            stuck = len(history) > 2 and history[-3][1] - obj <= 1e-12 * abs(obj)
+            a = alpha if added and not stuck else 0.0
             # idle columns (non-basic for purge_age rounds) leave the master
             cd = np.asarray(sol.col_dual)[ns:ns + len(age) - added]
             basic = vals[ns:ns + len(age) - added] > 0
