@@ -15,6 +15,7 @@ sent; the records, the engine and every budget stay with the service.
 from dprivacy.remote.session import (
     AccessDeniedError,
     AuthenticationError,
+    ServiceBusyError,
     ServiceError,
     Session,
     connect,
@@ -22,4 +23,4 @@ from dprivacy.remote.session import (
 from dprivacy.remote.table import RemoteGrouped, RemoteTable
 
 __all__ = ["connect", "Session", "RemoteTable", "RemoteGrouped", "ServiceError",
-           "AuthenticationError", "AccessDeniedError"]
+           "AuthenticationError", "AccessDeniedError", "ServiceBusyError"]

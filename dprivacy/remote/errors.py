@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dprivacy.errors import DPrivacyError
 
-__all__ = ["ServiceError", "AuthenticationError", "AccessDeniedError"]
+__all__ = ["ServiceError", "AuthenticationError", "AccessDeniedError", "ServiceBusyError"]
 
 
 class ServiceError(DPrivacyError):
@@ -17,3 +17,12 @@ class AuthenticationError(ServiceError):
 
 class AccessDeniedError(ServiceError):
     """The key may not use this source (HTTP 403)."""
+
+
+class ServiceBusyError(ServiceError):
+    """The analyst's previous query has not reached its deadline yet (HTTP 429): one query at a
+    time per analyst. Nothing was charged; ``retry_after`` is the service's wait in seconds."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after

@@ -3,7 +3,7 @@
 Errors come back as the same :mod:`dprivacy.errors` classes an in-process table raises
 (:class:`~dprivacy.errors.ValidationError`, :class:`~dprivacy.errors.BudgetExceededError`,
 :class:`~dprivacy.errors.UnsupportedOperationError`), plus :class:`AuthenticationError` (no or
-a wrong key), :class:`AccessDeniedError` (a source the key may not use) and
+a wrong key), :class:`ServiceBusyError` (a query sent while the previous one is in flight) and
 :class:`ServiceError` (anything else the service or the network reports).
 """
 
@@ -22,16 +22,22 @@ from dprivacy.errors import (
     UnsupportedOperationError,
     ValidationError,
 )
-from dprivacy.remote.errors import AccessDeniedError, AuthenticationError, ServiceError
+from dprivacy.remote.errors import (
+    AccessDeniedError,
+    AuthenticationError,
+    ServiceBusyError,
+    ServiceError,
+)
 
-__all__ = ["Session", "connect", "ServiceError", "AuthenticationError", "AccessDeniedError"]
+__all__ = ["Session", "connect", "ServiceError", "AuthenticationError", "AccessDeniedError",
+           "ServiceBusyError"]
 
 
 _KNOWN: dict[str, type[DPrivacyError]] = {
     c.__name__: c for c in (ConfigError, ConfigMismatchError, PrivacyViolationError, ShapeError)}
 
 
-def _error(status: int, body: Any) -> DPrivacyError:
+def _error(status: int, body: Any, retry_after: str | None = None) -> DPrivacyError:
     name = body.get("error", "") if isinstance(body, dict) else ""
     msg = body.get("message", "") if isinstance(body, dict) else str(body)[:200]
     msg = msg or f"HTTP {status}"
@@ -39,6 +45,9 @@ def _error(status: int, body: Any) -> DPrivacyError:
         return AuthenticationError(msg)
     if status == 403:
         return AccessDeniedError(msg)
+    if status == 429:
+        wait = float(retry_after) if retry_after and retry_after.isdigit() else None
+        return ServiceBusyError(msg, wait)
     if name == "NotRowwiseError":
         from dprivacy.tables.relations.engine import NotRowwiseError
 
@@ -81,7 +90,7 @@ class Session:
         except ValueError:
             data = r.text
         if r.status_code != 200:
-            raise _error(r.status_code, data)
+            raise _error(r.status_code, data, r.headers.get("retry-after"))
         return data
 
     def sources(self) -> list[dict[str, str]]:

@@ -1,7 +1,7 @@
 """The HTTP API of ``dprivacy serve`` (FastAPI).
 
-Every endpoint but ``/v1/health`` needs ``Authorization: Bearer <key>`` (401 without a valid key;
-403 for a source the analyst may not use). Errors are one JSON line
+Every endpoint but ``/v1/health`` needs ``Authorization: Bearer <key>`` (401 without a valid key).
+A source the analyst may not use gets the same 404 as a source that does not exist. Errors are one JSON line
 ``{"error": "<class>", "message": "<one line>"}`` whose text depends only on the request.
 
 * ``GET /v1/health``: liveness (no key needed);
@@ -14,9 +14,11 @@ Every endpoint but ``/v1/health`` needs ``Authorization: Bearer <key>`` (401 wit
 * ``POST /v1/query`` ``{"v": 1, "table": ..., "query": ...}``: ``{"value": ...}``, released at
   the query's deadline (:mod:`dprivacy.service.runner`).
 
-A refused request (a malformed plan, an operation the table refuses, a forbidden source) is
-answered at the default deadline ``query_seconds`` after it arrived, on every endpoint that
-takes a plan.
+A refused request (a malformed plan, a plan above the service's capacity, an operation the
+table refuses, a forbidden source) is answered at the default deadline ``query_seconds`` after
+it arrived, on every endpoint that takes a plan. A query (or a budget read) sent while the
+analyst's previous query has not reached its deadline is refused at once with 429 and
+``Retry-After`` (:mod:`dprivacy.service.lanes`), charging nothing.
 
 No endpoint returns records, per-person budgets or the ledger. Request bodies larger than the
 configured cap are refused while they are read (413), before any parsing.
@@ -37,6 +39,7 @@ from dprivacy.service.auth import authenticate
 from dprivacy.service.config import AnalystConfig, ServiceConfig
 from dprivacy.service.plan import Plan, parse_plan, parse_table_request
 from dprivacy.service.runner import Runner
+from dprivacy.service.workbound import deadline_seconds, plan_bound
 
 __all__ = ["create_app"]
 
@@ -44,9 +47,11 @@ _MAX_MSG = 400
 
 
 class _Refusal(Exception):
-    def __init__(self, status: int, error: str, message: str) -> None:
+    def __init__(self, status: int, error: str, message: str,
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status, self.error, self.message = status, error, message
+        self.headers = headers
 
 
 def one_line(msg: str) -> str:
@@ -87,7 +92,7 @@ def create_app(cfg: ServiceConfig, runner: Runner | None = None) -> Any:
     @app.exception_handler(_Refusal)
     async def _refused(request: Request, exc: _Refusal) -> JSONResponse:
         return JSONResponse({"error": exc.error, "message": one_line(exc.message)},
-                            status_code=exc.status)
+                            status_code=exc.status, headers=exc.headers)
 
     def who(request: Request) -> AnalystConfig:
         a = authenticate(request.headers.get("authorization"), cfg.analysts)
@@ -96,11 +101,14 @@ def create_app(cfg: ServiceConfig, runner: Runner | None = None) -> Any:
                            "(Authorization: Bearer <key>)")
         return a
 
+    def no_source(name: str) -> _Refusal:
+        """The one answer for a source that does not exist or that the analyst may not use."""
+        return _Refusal(404, "LookupError", f"no source {name[:64]!r}")
+
     def allowed(a: AnalystConfig, names: Any) -> None:
         for n in sorted(names):
             if not a.may_use(n):
-                raise _Refusal(403, "PermissionError", f"analyst {a.name!r} may not query "
-                               f"source {n!r}")
+                raise no_source(n)
 
     async def body(request: Request) -> bytes:
         cap = cfg.max_body_bytes
@@ -118,7 +126,7 @@ def create_app(cfg: ServiceConfig, runner: Runner | None = None) -> Any:
         try:
             return parse(raw, cfg)
         except LookupError as exc:
-            raise _Refusal(404, "LookupError", f"no source {str(exc.args[0])[:64]!r}") from None
+            raise no_source(str(exc.args[0])) from None
         except DPrivacyError as exc:
             raise _Refusal(400, type(exc).__name__, str(exc)) from None
 
@@ -139,9 +147,8 @@ def create_app(cfg: ServiceConfig, runner: Runner | None = None) -> Any:
         """The source ``name`` if the caller may use it; a one-line refusal otherwise."""
         a = who(request)
         src = cfg.source(name)
-        if src is None:
-            raise _Refusal(404, "LookupError", f"no source {name[:64]!r}")
-        allowed(a, {name})
+        if src is None or not a.may_use(name):
+            raise no_source(name)
         return src
 
     @app.get("/v1/sources/{name}")
@@ -177,8 +184,9 @@ def create_app(cfg: ServiceConfig, runner: Runner | None = None) -> Any:
                 return dict(await answer(a, plan))
             except DPrivacyError as exc:
                 raise refusal(exc) from None
-        except _Refusal:
-            await held(arrived)
+        except _Refusal as exc:
+            if exc.status != 429:
+                await held(arrived)
             raise
 
     @app.post("/v1/schema")
@@ -194,9 +202,18 @@ def create_app(cfg: ServiceConfig, runner: Runner | None = None) -> Any:
 
         return await table_request(request, answer)
 
+    def lane_full(a: AnalystConfig, wait: float) -> _Refusal:
+        """Refused at once: the analyst's lane holds a query until its deadline."""
+        return _Refusal(429, "ServiceBusyError",
+                        f"analyst {a.name!r} has a query in flight: one at a time; retry in "
+                        f"{wait:.3f} s", headers={"Retry-After": str(max(1, math.ceil(wait)))})
+
     @app.post("/v1/budget")
     async def budget(request: Request) -> dict[str, Any]:
         async def answer(a: AnalystConfig, plan: Plan) -> dict[str, Any]:
+            wait = run.lanes.busy_for(a.name, time.monotonic())
+            if wait > 0:  # the budget moves when the engine reaches the query: not before its
+                raise lane_full(a, wait)  # deadline
             return {"remaining": await run.budget(a.name, plan)}
 
         return await table_request(request, answer)
@@ -205,16 +222,25 @@ def create_app(cfg: ServiceConfig, runner: Runner | None = None) -> Any:
     async def query(request: Request) -> dict[str, Any]:
         arrived = time.monotonic()
         a = who(request)
-        deadline = arrived + cfg.query_seconds
+        wait = run.lanes.busy_for(a.name, arrived)
+        if wait > 0:  # refused at once, before the body is even read
+            raise lane_full(a, wait)
         try:
             plan = parsed(await body(request), parse_plan)
             allowed(a, plan.sources)
+            assert plan.query is not None
+            try:  # the static work bound: from the plan and the sources' caps only
+                bound = plan_bound(plan.table, plan.query, cfg)
+            except DPrivacyError as exc:
+                raise refusal(exc) from None
         except _Refusal:  # refusals, too, come at the (default) deadline
             await held(arrived)
             raise
-        assert plan.query is not None
-        deadline = arrived + cfg.deadline_seconds(set(plan.sources),
-                                                  release=plan.query["op"] == "release")
+        deadline = arrived + deadline_seconds(cfg, a.name, bound, set(plan.sources),
+                                              release=plan.query["op"] == "release")
+        wait = run.lanes.admit(a.name, time.monotonic(), deadline)
+        if wait > 0:
+            raise lane_full(a, wait)
         out = await run.query(a.name, plan, deadline)
         if out.error is not None:
             raise refusal(out.error)

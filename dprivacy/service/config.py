@@ -10,6 +10,10 @@ Example (``service.toml``; paths are relative to the file)::
     max_expr_nodes = 500       # operations in one expression, after expansion
     max_growth = 16            # how much longer than the record's own data a value may get
     max_as_pinq = 64           # as_pinq tables an analyst may hold (each keeps its payers)
+    max_rows = 100000          # the row cap of a source that declares none (see below)
+    max_work_rows = 2000000    # capacity: the most rows one plan may process (its static bound)
+    row_seconds = 5e-8         # the engine's calibrated cost of one row of work
+    base_seconds = 0.02        # the engine's fixed cost of a query and of each of its steps
 
     [[source]]
     name = "people"            # what analysts ask for
@@ -21,6 +25,8 @@ Example (``service.toml``; paths are relative to the file)::
     #                          # are charged ε²/2); default "pure"
     # budget_column = "eps"    # ProPer: personal budgets from a column
     # query_seconds = 2.0      # this source's own deadline (the largest in a plan applies)
+    # max_rows = 5000000       # the owner's cap on the source's rows (checked at start: a
+    #                          # source above its cap is refused, never truncated)
     # [source.release]         # d_X releases: the owner's universe and metric (see
     # universe = "cities.csv"  # dprivacy.service.releases)
     # key = ["city"]
@@ -32,6 +38,11 @@ Example (``service.toml``; paths are relative to the file)::
     name = "alice"
     key_sha256 = "<hex>"       # sha256 of the key, never the key itself
     # sources = ["people"]     # default: every source
+    # share = 0.25             # the analyst's reserved share of the engine (default: an
+    #                          # equal split of what the other analysts' shares leave)
+
+The work bound, the deadlines and the lanes are explained in
+:mod:`dprivacy.service.workbound` and :mod:`dprivacy.service.lanes`.
 
 Unknown keys are refused (a typo must not silently fall back to a default), and so is a
 ``key`` field in an analyst: the service stores only the SHA-256 of each key.
@@ -72,6 +83,7 @@ class SourceConfig:
     release: ReleaseSpec | None = None
     #: PINQ: "pure" (the budget is ε) or "zcdp" (the budget is rho: a table in zCDP mode)
     notion: str = "pure"
+    max_rows: int = 100_000
 
     @property
     def format(self) -> str:
@@ -91,6 +103,7 @@ class AnalystConfig:
     name: str
     key_sha256: str
     sources: tuple[str, ...] | None = None
+    share: float | None = None
 
     def may_use(self, source: str) -> bool:
         """Whether the analyst may query ``source``."""
@@ -112,6 +125,10 @@ class ServiceConfig:
     max_public_rows: int = 1000
     max_candidates: int = 1000
     max_as_pinq: int = 64
+    max_rows: int = 100_000
+    max_work_rows: int = 2_000_000
+    row_seconds: float = 5e-8
+    base_seconds: float = 0.02
     extra: dict[str, Any] = field(default_factory=dict)
 
     def source(self, name: str) -> SourceConfig | None:
@@ -127,6 +144,15 @@ class ServiceConfig:
             vals += [s.release.query_seconds for s in self.sources if s.name in names
                      and s.release is not None and s.release.query_seconds is not None]
         return max(vals)
+
+    def share(self, analyst: str) -> float:
+        """The analyst's reserved share of the engine: its ``share``, or an equal split of
+        what the declared shares leave to the analysts without one."""
+        a = next(x for x in self.analysts if x.name == analyst)
+        if a.share is not None:
+            return a.share
+        left = 1.0 - sum(x.share for x in self.analysts if x.share is not None)
+        return left / sum(1 for x in self.analysts if x.share is None)
 
 
 def _take(d: dict[str, Any], allowed: dict[str, type | tuple[type, ...]], where: str) -> None:
@@ -152,7 +178,10 @@ def parse_config(doc: dict[str, Any], base: Path, default_state: Path) -> Servic
     num = (int, float)
     _take(svc, {"state_dir": str, "query_seconds": num, "max_body_bytes": int,
                 "max_plan_steps": int, "max_expr_nodes": int, "max_growth": num,
-                "max_public_rows": int, "max_candidates": int, "max_as_pinq": int}, "[service]")
+                "max_public_rows": int, "max_candidates": int, "max_as_pinq": int,
+                "max_rows": int, "max_work_rows": int, "row_seconds": num,
+                "base_seconds": num}, "[service]")
+    default_rows = _positive(svc.get("max_rows", 100_000), "max_rows", integer=True)
     sources: list[SourceConfig] = []
     for i, s in enumerate(doc.get("source", [])):
         where = f"[[source]] #{i + 1}"
@@ -160,7 +189,7 @@ def parse_config(doc: dict[str, Any], base: Path, default_state: Path) -> Servic
             raise ConfigError(f"{where}: expected a table")
         _take(s, {"name": str, "path": str, "kind": str, "id": str, "budget": num,
                   "budget_column": str, "table": str, "query_seconds": num,
-                  "release": dict, "notion": str}, where)
+                  "release": dict, "notion": str, "max_rows": int}, where)
         for k in ("name", "path", "kind"):
             if k not in s:
                 raise ConfigError(f"{where}: {k} is required")
@@ -199,7 +228,9 @@ def parse_config(doc: dict[str, Any], base: Path, default_state: Path) -> Servic
             budget_column=s.get("budget_column"), table=s.get("table"),
             query_seconds=None if qs is None else _positive(qs, f"{where}: query_seconds"),
             release=parse_release(s["release"], base, where) if "release" in s else None,
-            notion=s.get("notion", "pure"))
+            notion=s.get("notion", "pure"),
+            max_rows=_positive(s.get("max_rows", default_rows), f"{where}: max_rows",
+                               integer=True))
         if src.format == "duckdb" and src.table is None:
             raise ConfigError(f"{where}: a DuckDB database needs table (the table's name)")
         sources.append(src)
@@ -210,7 +241,7 @@ def parse_config(doc: dict[str, Any], base: Path, default_state: Path) -> Servic
         where = f"[[analyst]] #{i + 1}"
         if not isinstance(a, dict):
             raise ConfigError(f"{where}: expected a table")
-        _take(a, {"name": str, "key_sha256": str, "sources": list}, where)
+        _take(a, {"name": str, "key_sha256": str, "sources": list, "share": num}, where)
         if "name" not in a or "key_sha256" not in a:
             raise ConfigError(f"{where}: name and key_sha256 are required")
         if not _NAME.match(a["name"]):
@@ -224,10 +255,16 @@ def parse_config(doc: dict[str, Any], base: Path, default_state: Path) -> Servic
             unknown = [x for x in srcs if not any(s.name == x for s in sources)]
             if unknown:
                 raise ConfigError(f"{where}: unknown sources {unknown}")
+        share = None if "share" not in a else _positive(a["share"], f"{where}: share")
         analysts.append(AnalystConfig(a["name"], a["key_sha256"].lower(),
-                                      None if srcs is None else tuple(srcs)))
+                                      None if srcs is None else tuple(srcs), share))
     if not analysts:
         raise ConfigError("config: no [[analyst]]")
+    declared = sum(a.share for a in analysts if a.share is not None)
+    free = sum(1 for a in analysts if a.share is None)
+    if declared > 1.0 + 1e-12 or (free and declared >= 1.0):
+        raise ConfigError(f"[[analyst]] shares add up to {declared:g}: the shares are parts of "
+                          "one engine (at most 1 in total, less if an analyst has none)")
     state = Path(svc["state_dir"]) if "state_dir" in svc else default_state
     return ServiceConfig(
         sources=tuple(sources), analysts=tuple(analysts),
@@ -241,6 +278,11 @@ def parse_config(doc: dict[str, Any], base: Path, default_state: Path) -> Servic
                                   integer=True),
         max_candidates=_positive(svc.get("max_candidates", 1000), "max_candidates", integer=True),
         max_as_pinq=_positive(svc.get("max_as_pinq", 64), "max_as_pinq", integer=True),
+        max_rows=default_rows,
+        max_work_rows=_positive(svc.get("max_work_rows", 2_000_000), "max_work_rows",
+                                integer=True),
+        row_seconds=_positive(svc.get("row_seconds", 5e-8), "row_seconds"),
+        base_seconds=_positive(svc.get("base_seconds", 0.02), "base_seconds"),
     )
 
 

@@ -1,26 +1,29 @@
 """Predictable time (Fuzz, Haeberlen et al., USENIX Security 2011): every answer is released at a
 deadline fixed from public facts.
 
-A query's deadline is its arrival time plus the configured per-query time of the sources its
-plan reads (:meth:`ServiceConfig.deadline_seconds`). For every query the service runs the same
-statements: the plan on the empty shadow sources (the *default answer*: the same query on an
+A query's deadline is its arrival time plus a time that follows from its plan's static work
+bound, the owner's calibrated cost per row and the analyst's share of the engine
+(:mod:`dprivacy.service.workbound`), never less than the per-query time ``query_seconds`` of the
+sources it reads. For every admitted query the service runs the same statements: the plan on
+the empty shadow sources in the analyst's own lane (the *default answer*: the same query on an
 empty table, pure noise, charged to nobody) and the plan on the real sources (checked, charged,
-then computed), one at a time in the owner's thread. At the deadline it answers:
+then computed) on the engine thread, earliest deadline first (:mod:`dprivacy.service.lanes`).
+At the deadline it answers:
 
-* the real answer if it is ready, or the refusal it raised before any charge
+* the real answer, or the refusal it raised before any charge
   (:class:`~dprivacy.errors.DPrivacyError`: bad plan, PINQ budget exceeded; these depend on the
   plan and the analyst's own spending only);
-* otherwise the default answer: an overrun query is interrupted (its charge, if committed,
-  stands); a query that had not started yet is not run, but a PINQ query is still charged its
-  s·ε (on an empty selection), so every answer released, default or not, has been paid for;
 * any other exception raised while running (which the tables never raise because of the data)
-  is also answered by the default, so no exception can tell records apart.
+  is answered by the default, so no exception can tell records apart.
 
 The response is held until the deadline whatever happened, so its time depends on the
-configuration and the plan only. What remains: a query that overruns gives the default answer,
-whose distribution differs from the real one, so a deadline must exceed the longest time a plan
-can take on the data (the per-row cost of expressions is bounded by the plan validator for this
-reason), including the wait behind other analysts' queries.
+configuration, the plan and the analyst's own requests only. Admitted work cannot exceed its
+bound and the schedule leaves every query its cost, so a query finishes before its deadline as
+long as the calibrated cost per row holds. If the engine falls behind that calibration anyway
+(a machine slower than the owner measured), an overrun query is interrupted (its charge, if
+committed, stands) or, if it had not started, not run (a PINQ query is still charged its s·ε on
+an empty selection), its default is released, and the owner sees it in the log and in
+``Runner.overruns``.
 """
 
 from __future__ import annotations
@@ -38,8 +41,15 @@ from typing import Any
 from dprivacy.errors import DPrivacyError, UnsupportedOperationError
 from dprivacy.service.config import ServiceConfig
 from dprivacy.service.execute import Builder, run_query, schema_of
+from dprivacy.service.lanes import Engine, Lanes
 from dprivacy.service.plan import Plan
-from dprivacy.service.sources import Owner, Shadows, pinq_record, refuse_personal
+from dprivacy.service.sources import (
+    Owner,
+    Shadows,
+    pinq_record,
+    public_schema,
+    refuse_personal,
+)
 
 __all__ = ["Runner", "Outcome"]
 
@@ -60,20 +70,32 @@ class _Job:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.state = "queued"  # queued -> running -> done, or queued -> skipped
+        self.queued = time.monotonic()
+        self.started: float | None = None
 
 
 class Runner:
-    """The owner's threads: one runs real queries (the engine and the ledgers), one the shadows,
-    one reads PINQ budgets (never waits behind a query)."""
+    """The owner's threads: the engine runs real queries (the engine and the ledgers) earliest
+    deadline first; each analyst's lane has a thread for its default answers; one thread
+    answers schema requests on the shadows, one reads PINQ budgets (never waits behind a
+    query)."""
 
     def __init__(self, cfg: ServiceConfig) -> None:
         self.cfg = cfg
-        self._main = ThreadPoolExecutor(1, thread_name_prefix="dp-owner")
+        self._main = Engine("dp-engine")
         self._shadow = ThreadPoolExecutor(1, thread_name_prefix="dp-shadow")
         self._reader = ThreadPoolExecutor(1, thread_name_prefix="dp-budget")
         self.owner: Owner = self._main.submit(Owner, cfg).result()
-        schemas = {n: t.schema() for n, t in self.owner.raw.items()}
+        schemas = {s.name: public_schema(s, self.owner.raw[s.name].schema())
+                   for s in cfg.sources}
         self.shadows: Shadows = self._shadow.submit(Shadows, cfg, schemas).result()
+        self._shadow.submit(self._warm_up).result()
+        self.lanes = Lanes([a.name for a in cfg.analysts])
+        self._lane: dict[str, tuple[ThreadPoolExecutor, Shadows]] = {}
+        for a in cfg.analysts:
+            ex = ThreadPoolExecutor(1, thread_name_prefix=f"dp-lane-{a.name}"[:15])
+            self._lane[a.name] = (ex, ex.submit(Shadows, cfg, schemas,
+                                                self.shadows.releases).result())
         self._ledger: Any = self._reader.submit(self._open_reader).result()
         self._cache: dict[str, OrderedDict[str, Any]] = {}
         self._pinned: dict[str, dict[str, Any]] = {}  # analyst -> as_pinq tables (Builder)
@@ -86,7 +108,8 @@ class Runner:
 
     def close(self) -> None:
         """Stop the threads (queries in flight finish first)."""
-        for ex in (self._main, self._shadow, self._reader):
+        self._main.shutdown(wait=True)
+        for ex in (self._shadow, self._reader, *(e for e, _s in self._lane.values())):
             ex.shutdown(wait=True)
 
     # ------------------------------------------------------------------ work in the threads
@@ -94,6 +117,7 @@ class Runner:
         with job.lock:
             skipped = job.state == "skipped"
             job.state = "running"
+            job.started = time.monotonic()
         if skipped:
             self._charge_only(analyst, plan)
             return Outcome(default=True)
@@ -133,17 +157,25 @@ class Runner:
         except Exception as exc:  # noqa: BLE001 - e.g. the budget cannot pay: nothing to charge
             log.warning("overrun query: charge not made (%s)", type(exc).__name__)
 
-    def _default(self, plan: Plan) -> Outcome:
+    def _default(self, shadows: Shadows, plan: Plan) -> Outcome:
         try:
-            t = Builder(self.shadows.table).table(plan.table)
+            t = Builder(shadows.table).table(plan.table)
             assert plan.query is not None
-            return Outcome(value=run_query(t, plan.query, self.shadows.releases.get(plan.source)),
+            return Outcome(value=run_query(t, plan.query, shadows.releases.get(plan.source)),
                            default=True)
         except DPrivacyError as exc:
             return Outcome(error=exc, default=True)
         except Exception as exc:  # noqa: BLE001 - the default must exist: None
             log.warning("the default answer failed (%s): answered None", type(exc).__name__)
             return Outcome(value=None, default=True)
+
+    def _warm_up(self) -> None:
+        """A count on every empty shadow source: the first query of a process loads and
+        compiles code paths that later queries reuse (not counted in the calibrated costs)."""
+        for s in self.cfg.sources:
+            self._default(self.shadows, Plan({"source": s.name, "steps": []},
+                                             {"op": "noisy_count", "eps": 1.0},
+                                             frozenset({s.name})))
 
     def _schema(self, plan: Plan) -> list[list[str]]:
         return schema_of(Builder(self.shadows.table).table(plan.table))
@@ -203,8 +235,10 @@ class Runner:
     async def _query(self, analyst: str, plan: Plan, deadline: float) -> Outcome:
         loop = asyncio.get_running_loop()
         job = _Job()
-        dflt = loop.run_in_executor(self._shadow, self._default, plan)
-        real = loop.run_in_executor(self._main, self._real, analyst, plan, job)
+        lane, shadows = self._lane[analyst]
+        dflt = loop.run_in_executor(lane, self._default, shadows, plan)
+        real = asyncio.wrap_future(self._main.submit(self._real, analyst, plan, job,
+                                                     deadline=deadline))
         out: Outcome
         try:
             out = await asyncio.wait_for(asyncio.shield(real),
@@ -216,7 +250,11 @@ class Runner:
                 elif job.state == "running":
                     self.owner.interrupt()
             self.overruns += 1
-            log.warning("a query overran its deadline: answered by the default")
+            now = time.monotonic()
+            log.warning("a query overran its deadline (%s when it was due, %.3f s after it was "
+                        "queued, %s): answered by the default", job.state, now - job.queued,
+                        "not started" if job.started is None
+                        else f"started {job.started - job.queued:.3f} s after")
             out = Outcome(default=True)
         if out.default:
             out = await dflt

@@ -26,14 +26,30 @@ from dprivacy.errors import ConfigError, DPrivacyError, UnsupportedOperationErro
 from dprivacy.service.config import ServiceConfig, SourceConfig
 from dprivacy.service.releases import ReleaseInputs, open_release
 
-__all__ = ["Owner", "Shadows", "open_source"]
+__all__ = ["Owner", "Shadows", "open_source", "analyst_columns", "public_schema"]
 
 _SHADOW_BUDGET = 1e6
 
 
 def open_source(con: Any, src: SourceConfig) -> Any:
-    """The Ibis table of ``src`` on the DuckDB connection ``con`` (nothing is read but the
-    schema)."""
+    """The Ibis table of ``src`` on the DuckDB connection ``con``, checked against the owner's
+    ``max_rows`` (a source above its cap is refused, never truncated) and read through a
+    ``LIMIT`` of that cap, so that no later change of the file can make a plan do more work than
+    its static bound (:mod:`dprivacy.service.workbound`)."""
+    t = _open(con, src)
+    try:
+        n = int(t.count().execute())
+    except Exception as exc:
+        raise ConfigError(f"source {src.name!r}: cannot count the rows of {src.path}: "
+                          f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+    if n > src.max_rows:
+        raise ConfigError(f"source {src.name!r} has {n} rows, above its max_rows = "
+                          f"{src.max_rows}: declare a larger max_rows in its [[source]] (the "
+                          "deadlines follow from it)")
+    return t.limit(src.max_rows)
+
+
+def _open(con: Any, src: SourceConfig) -> Any:
     if not src.path.exists():
         raise ConfigError(f"source {src.name!r}: {src.path} does not exist")
     name = f"src_{src.name.replace('.', '_').replace('-', '_')}"
@@ -89,9 +105,13 @@ class Owner:
             from dprivacy.tables.budgets.budget_table import BudgetTable
 
             self.budgets[s.name] = BudgetTable(self.cfg.state_dir / f"proper-{s.name}.duckdb")
-            self.proper[s.name] = ProPerTable(self.raw[s.name], budget,
-                                              ledger=self.budgets[s.name], id_column=s.id,
-                                              backend="duckdb")
+            t = ProPerTable(self.raw[s.name], budget, ledger=self.budgets[s.name],
+                            id_column=s.id, backend="duckdb")
+            if s.budget_column is not None:  # the budgets are the owner's, never a column
+                import ibis
+
+                t = t.select(**{c: ibis._[c] for c in analyst_columns(s, t.columns)})
+            self.proper[s.name] = t
 
     def table(self, source: str, analyst: str) -> Any:
         """The analyst's base table object of ``source``."""
@@ -102,6 +122,18 @@ class Owner:
     def interrupt(self) -> None:
         """Interrupt the query running on the engine connection (an overrun)."""
         self.con.con.interrupt()
+
+
+def analyst_columns(src: SourceConfig, columns: Any) -> list[str]:
+    """The columns of ``src`` an analyst sees: all but the personal budgets' column."""
+    return [str(c) for c in columns if c != src.budget_column]
+
+
+def public_schema(src: SourceConfig, schema: Any) -> Any:
+    """The schema an analyst sees of ``src`` (``schema``: the source's Ibis schema)."""
+    import ibis
+
+    return ibis.schema({c: schema[c] for c in analyst_columns(src, schema.names)})
 
 
 def releases_of(cfg: ServiceConfig) -> dict[str, ReleaseInputs]:
@@ -126,7 +158,8 @@ def pinq_record(source: str, analyst: str, notion: str = "pure") -> str:
 class Shadows:
     """Empty tables with the sources' schemas (see the module doc)."""
 
-    def __init__(self, cfg: ServiceConfig, schemas: dict[str, Any]) -> None:
+    def __init__(self, cfg: ServiceConfig, schemas: dict[str, Any],
+                 releases: dict[str, ReleaseInputs] | None = None) -> None:
         import ibis
 
         from dprivacy.tables import ProPerTable
@@ -138,7 +171,7 @@ class Shadows:
         self.proper = {s.name: ProPerTable(self.empty[s.name], _SHADOW_BUDGET, id_column=s.id,
                                            backend="duckdb")
                        for s in cfg.sources if s.kind == "proper"}
-        self.releases = releases_of(cfg)
+        self.releases = releases_of(cfg) if releases is None else releases
 
     def table(self, source: str) -> Any:
         """A fresh empty table object for ``source`` (PINQ) or the shared empty ProPer one."""

@@ -9,7 +9,7 @@ import pytest
 from ibis import _
 
 from dprivacy.errors import ConfigError
-from dprivacy.remote import AccessDeniedError, AuthenticationError, connect
+from dprivacy.remote import AuthenticationError, ServiceError, connect
 from dprivacy.service.auth import authenticate, key_sha256
 from dprivacy.service.config import AnalystConfig, load_config
 from tests.service.conftest import KEYS, people, write_service
@@ -30,19 +30,36 @@ def test_requests_without_a_valid_key_are_refused(start):
         connect(srv.url, key="wrong")
 
 
-def test_a_source_outside_the_analysts_list_is_forbidden(start):
+def test_a_forbidden_source_gets_the_answer_of_an_unknown_one(start):
+    """A source outside the analyst's list is answered exactly like one that does not exist
+    (the same status, error and message form): the answers do not tell which names exist."""
     srv = start()
     bob = connect(srv.url, key=KEYS["bob"])
     assert [s["name"] for s in bob.sources()] == ["visits"]
-    with pytest.raises(AccessDeniedError):
+    h = {"Authorization": f"Bearer {KEYS['bob']}"}
+
+    def seen(name: str) -> list[tuple[int, str, str]]:
+        out = []
+        for method, path, body in (
+                ("GET", f"/v1/sources/{name}", None), ("GET", f"/v1/sources/{name}/release", None),
+                ("POST", "/v1/query", {"v": 1, "table": {"source": "visits", "steps": [
+                    {"op": "concat", "other": {"source": name, "steps": []}}]},
+                    "query": {"op": "noisy_count", "eps": 0.1}}),
+                ("POST", "/v1/query", {"v": 1, "table": {"source": name, "steps": []},
+                                       "query": {"op": "noisy_count", "eps": 0.1}}),
+                ("POST", "/v1/budget", {"v": 1, "table": {"source": name, "steps": []}}),
+                ("POST", "/v1/schema", {"v": 1, "table": {"source": name, "steps": []}})):
+            r = httpx.request(method, srv.url + path, headers=h, json=body)
+            e = r.json()
+            out.append((r.status_code, e["error"], e["message"].replace(repr(name), "NAME")))
+        return out
+
+    forbidden, unknown = seen("people"), seen("peoplf")
+    assert forbidden == unknown
+    assert {x[0] for x in forbidden} == {404}
+    with pytest.raises(ServiceError, match="no source 'people'"):
         bob.table("people")
-    v = bob.table("visits")
-    with pytest.raises(AccessDeniedError):  # a join that reaches a forbidden source
-        body = {"v": 1, "table": {"source": "visits", "steps": [
-            {"op": "concat", "other": {"source": "people", "steps": []}}]},
-            "query": {"op": "noisy_count", "eps": 0.1}}
-        bob.request("POST", "/v1/query", body)
-    assert v.remaining_budget() == 1.0  # nothing was charged
+    assert bob.table("visits").remaining_budget() == 1.0  # nothing was charged
 
 
 def test_the_key_is_never_stored(start, tmp_path: Path):

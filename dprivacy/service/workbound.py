@@ -1,0 +1,174 @@
+"""The static work bound of a plan, and the deadline that follows from it.
+
+Before anything runs or is charged, the service bounds how many rows every step of a plan can
+produce on *any* dataset within the owner's caps, from public facts only:
+
+* a source has at most its declared ``max_rows`` (checked when the service opens it: a source
+  above its cap is refused, never truncated);
+* an inline public table has its own number of rows;
+* ``where``, ``select``, ``partition``, ``distinct``, ``skip``, ``exclude``, ``except_``,
+  ``intersect`` and ``as_pinq`` never add rows; ``group_by`` gives at most one row per row (one
+  for a global aggregate); ``take(n)`` at most ``n``;
+* ``select_many(k)`` multiplies by ``k``; ``product`` and ``join_public`` by the public table's
+  rows (every record may match every public row); ``concat`` and ``union`` add the two sides;
+  ``join(other, bound)`` keeps at most ``bound`` records per key on each side, so it gives at
+  most ``min(L·b_other, R·b_self, L·R)`` rows.
+
+The plan's **work** is the sum of these bounds over every intermediate table (each source scan
+included), plus the aggregation's reading of the queried table (once for a count, a sum or a
+mean; twice for an order statistic, plus the candidates; once per candidate for the exponential
+mechanism; a release also multiplies the workload's F), plus one more pass for a ProPer charge.
+Fan-out compounds, and the cap applies to the plan as a whole: a plan whose work exceeds the
+owner's ``max_work_rows``, or whose cost (below) exceeds the capacity ``B``, is refused with one
+line before any charge, whatever the data.
+
+**Execution cannot exceed the bound.** Each step's output is at most its bound on every dataset
+whose sources are within their caps, because the bound is the step's own definition applied to
+the cap (a filter cannot add rows; a product with m public rows gives exactly m per row; the
+engine's ``select_many`` keeps the first ``k`` elements; the bounded join keeps ``bound``
+records per key), and each source is checked against its cap when the service opens it and is
+read through a ``LIMIT`` of its cap afterwards (see :mod:`dprivacy.service.sources`).
+
+**The deadline.** The engine's cost of a plan is
+``C = base_seconds · (1 + steps) + work · row_seconds``: the owner's calibrated fixed cost of a
+query and of each step (building and compiling it, registering a public table), and cost per
+row of work; ``steps`` counts the steps of every table of the plan. The service admits plans
+with ``C ≤ B = base_seconds + max_work_rows · row_seconds`` (its capacity). A query of an
+analyst whose reserved share of the engine is ``s`` is answered ``max(query_seconds, B + C / s)``
+seconds after it arrived (a query that has started is not pre-empted, so one may have to wait
+for another admitted query, which costs at most ``B``). :mod:`dprivacy.service.lanes` explains
+why every admitted query then finishes by its deadline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dprivacy.errors import ValidationError
+from dprivacy.service.config import ServiceConfig
+
+__all__ = ["WorkBound", "plan_bound", "capacity_seconds", "deadline_seconds", "table_rows"]
+
+
+@dataclass(frozen=True)
+class WorkBound:
+    """The static bound of a plan: ``rows`` of the queried table, the total ``work`` in rows and
+    the number of ``steps`` (see the module doc); ``largest`` names the step with the most
+    rows."""
+
+    rows: int
+    work: int
+    steps: int
+    largest: str
+
+    def seconds(self, cfg: ServiceConfig) -> float:
+        """The engine's cost ``C`` of the plan in seconds (see the module doc)."""
+        return cfg.base_seconds * (1 + self.steps) + self.work * cfg.row_seconds
+
+
+class _Walk:
+    def __init__(self, cfg: ServiceConfig) -> None:
+        self.cfg = cfg
+        self.work = 0
+        self.steps = 0
+        self.top = (0, "")
+
+    def note(self, rows: int, where: str) -> int:
+        self.work += rows
+        if rows > self.top[0]:
+            self.top = (rows, where)
+        return rows
+
+    def table(self, t: dict[str, Any], what: str) -> int:
+        if "public" in t:
+            return self.note(len(t["public"]["rows"]), f"{what} (public)")
+        src = self.cfg.source(t["source"])
+        if src is None:
+            raise LookupError(t["source"])
+        rows = self.note(src.max_rows, f"{what} (source {src.name!r})")
+        for i, s in enumerate(t["steps"]):
+            self.steps += 1
+            rows = self.note(self.step(rows, s, f"{what}.steps[{i}]"),
+                             f"{what}.steps[{i}] ({s['op']})")
+        return rows
+
+    def step(self, rows: int, s: dict[str, Any], what: str) -> int:
+        op = s["op"]
+        if op == "select_many":
+            return rows * max(1, int(s["k"]))
+        if op in ("product", "join_public"):
+            return rows * len(s["public"]["rows"])
+        if op == "group_by":
+            return max(rows, 1)
+        if op == "take":
+            return min(rows, max(0, int(s["n"])))
+        if op in ("concat", "union", "intersect", "except_", "join"):
+            other = self.table(s["other"], f"{what}.other")
+            if op in ("concat", "union"):
+                return rows + other
+            if op == "join":
+                b = s["bound"]
+                b_self, b_other = (b[0], b[1]) if isinstance(b, list) else (b, b)
+                return min(rows * max(1, int(b_other)), other * max(1, int(b_self)),
+                           rows * other)
+            return rows  # intersect, except_: at most the left side
+        # where, select, partition, distinct, skip, exclude, as_pinq: no new rows
+        return rows
+
+
+def table_rows(t: dict[str, Any], cfg: ServiceConfig) -> int:
+    """The worst-case rows of the plan table ``t`` (a validated ``{"source", "steps"}``)."""
+    return _Walk(cfg).table(t, "table")
+
+
+def _query_reads(q: dict[str, Any], rows: int) -> int:
+    op = q["op"]
+    if op in ("noisy_order_statistic", "noisy_median"):
+        cands = (q.get("options") or {}).get("candidates")
+        return 2 * rows + (len(cands) if isinstance(cands, list) else 1025)
+    if op == "exponential_mechanism":
+        return rows * max(1, len(q["candidates"]))
+    if op == "release":
+        f = q.get("F") or []
+        width = len(f[0]) if f and isinstance(f[0], list) else 1
+        return 2 * rows + len(f) * width
+    return rows
+
+
+def plan_bound(table: dict[str, Any], query: dict[str, Any] | None,
+               cfg: ServiceConfig) -> WorkBound:
+    """The static bound of a validated plan (its table, and its query or None).
+
+    Raises:
+        ValidationError: the work exceeds the owner's ``max_work_rows`` (one line, from the plan
+            and the configuration only; nothing has been charged or run).
+    """
+    w = _Walk(cfg)
+    rows = w.table(table, "table")
+    if query is not None:
+        w.note(_query_reads(query, rows), f"query ({query['op']})")
+    src = cfg.source(table["source"]) if "source" in table else None
+    if src is not None and src.kind == "proper" or any(s["op"] == "as_pinq"
+                                                        for s in table.get("steps", [])):
+        w.work += rows  # the personal budgets' charge: one more pass over the queried rows
+    b = WorkBound(rows, w.work, w.steps, w.top[1])
+    if b.work > cfg.max_work_rows or b.seconds(cfg) > capacity_seconds(cfg) + 1e-12:
+        raise ValidationError(
+            f"the plan can process up to {b.work:.3g} rows in {b.steps} steps on data within "
+            f"the sources' caps (most at {b.largest}: {w.top[0]:.3g} rows), above this "
+            f"service's capacity of {cfg.max_work_rows:.3g} rows per query (max_work_rows)")
+    return b
+
+
+def capacity_seconds(cfg: ServiceConfig) -> float:
+    """The engine's cost of the largest plan the service admits (``B`` in the module doc)."""
+    return cfg.base_seconds + cfg.max_work_rows * cfg.row_seconds
+
+
+def deadline_seconds(cfg: ServiceConfig, analyst: str, bound: WorkBound, sources: set[str],
+                     *, release: bool = False) -> float:
+    """Seconds from a query's arrival to its answer: ``max(query_seconds, B + C / share)``
+    (see the module doc; ``query_seconds`` is the largest of the plan's sources')."""
+    floor = cfg.deadline_seconds(sources, release=release)
+    return max(floor, capacity_seconds(cfg) + bound.seconds(cfg) / cfg.share(analyst))

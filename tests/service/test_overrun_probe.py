@@ -1,0 +1,163 @@
+"""The forced-overrun membership probe: ``where(name == target)`` followed by products with a
+14-row public table reads nothing without the target and many rows with it. Sent against three
+neighbouring services (target absent, present, present with an exhausted personal budget),
+followed 3 ms later by an over-budget PINQ query, it must be refused at the door or answered in
+time on every neighbour: the same statuses and messages, and response times and answers that a
+best-threshold classifier separates no better than 65 % over 40 + 40 trials (see
+:mod:`tests.service.test_timing` for the classifier and the three attempts).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.service.conftest import KEYS, people
+from tests.service.test_timing import best_threshold_accuracy
+
+pytestmark = pytest.mark.slow
+
+TARGET = "target-7f3a"
+CAPS = "max_rows = 1000\nmax_work_rows = 2000000\nrow_seconds = 1e-7\nbase_seconds = 0.05"
+PUB = {"columns": ["j"], "rows": [[i] for i in range(14)]}
+
+
+def _probe(products: int) -> dict[str, Any]:
+    steps: list[dict[str, Any]] = [{"op": "where", "pred": {"expr": [
+        {"op": "Field", "name": "name"}, {"op": "Literal", "value": TARGET, "dtype": "string"},
+        {"op": "Equals", "args": {"left": {"ref": 0}, "right": {"ref": 1}}}]}}]
+    for i in range(products):
+        steps.append({"op": "product", "public": {"columns": [f"j{i}"], "rows": PUB["rows"]}})
+    return {"v": 1, "table": {"source": "people", "steps": steps},
+            "query": {"op": "noisy_count", "eps": 1.0}}
+
+
+OVER_BUDGET = {"v": 1, "table": {"source": "visits", "steps": []},
+               "query": {"op": "noisy_count", "eps": 5.0}}  # the budget is 1.0
+
+
+def _services(start) -> dict[str, Any]:
+    base = people(500).assign(eps=1e6)
+    target = {"pid": 5000, "age": 50, "name": TARGET, "eps": 1e6}
+    return {
+        "absent": start("absent", base, query_seconds=0.05, service=CAPS),
+        "present": start("present", people(500, extra=target).assign(eps=1e6),
+                         query_seconds=0.05, service=CAPS),
+        "exhausted": start("exhausted", people(500, extra=target).assign(
+            eps=lambda d: np.where(d.pid == 5000, 0.0, 1e6)), query_seconds=0.05, service=CAPS),
+    }
+
+
+def _trial(c1: httpx.Client, c2: httpx.Client, url: str, probe: dict) -> tuple:
+    """The probe, and 3 ms later the over-budget query: (statuses and errors, times, value)."""
+    out: dict[str, Any] = {}
+    sending = threading.Event()
+
+    def first() -> None:
+        sending.set()
+        t0 = time.perf_counter()
+        r = c1.post(url + "/v1/query", json=probe)
+        out["t"] = time.perf_counter() - t0
+        out["r"] = r
+
+    th = threading.Thread(target=first)
+    th.start()
+    sending.wait()
+    time.sleep(0.003)
+    t0 = time.perf_counter()
+    r2 = c2.post(url + "/v1/query", json=OVER_BUDGET)
+    t2 = time.perf_counter() - t0
+    th.join()
+    r1 = out["r"]
+    shape = (r1.status_code, r1.json().get("error"), r1.json().get("message"),
+             r2.status_code, r2.json().get("error"), r2.json().get("message"))
+    return shape, out["t"], t2, r1.json().get("value")
+
+
+def _run(start, products: int, second: str) -> tuple:
+    srv = _services(start)
+    heads = {a: {"Authorization": f"Bearer {KEYS[a]}"} for a in KEYS}
+    clients = {(n, a): httpx.Client(headers=heads[a], timeout=30) for n in srv for a in KEYS}
+    probe = _probe(products)
+    best: dict[str, float] = {}
+    shapes: dict[str, list] = {n: [] for n in srv}
+    try:
+        for _attempt in range(3):
+            rec: dict[str, dict[str, list]] = {n: {"t1": [], "t2": [], "v": []} for n in srv}
+            for _i in range(40):
+                for n, s in srv.items():  # A, B, C in turn: the machine's load hits all alike
+                    shape, t1, t2, v = _trial(clients[(n, "alice")], clients[(n, second)],
+                                              s.url, probe)
+                    shapes[n].append(shape)
+                    rec[n]["t1"].append(t1)
+                    rec[n]["t2"].append(t2)
+                    rec[n]["v"].append(v)
+            for other in ("present", "exhausted"):
+                acc = categorical_accuracy(shapes["absent"][-40:], shapes[other][-40:])
+                best[f"{other}:status"] = min(best.get(f"{other}:status", 1.0), acc)
+                for k in ("t1", "t2"):
+                    acc = best_threshold_accuracy(np.array(rec["absent"][k]),
+                                                  np.array(rec[other][k]))
+                    best[f"{other}:{k}"] = min(best.get(f"{other}:{k}", 1.0), acc)
+            if rec["absent"]["v"][0] is not None:  # answered: exhausted is left out like absent
+                acc = best_threshold_accuracy(np.array(rec["absent"]["v"], dtype=float),
+                                              np.array(rec["exhausted"]["v"], dtype=float))
+                best["exhausted:value"] = min(best.get("exhausted:value", 1.0), acc)
+            if max(best.values()) <= 0.65:
+                break
+    finally:
+        for c in clients.values():
+            c.close()
+    assert max(best.values()) <= 0.65, best
+    # every query's work is bounded and its deadline leaves it its calibrated cost; on the
+    # shared 2-core test machine (three services in this process, load average up to 14) a
+    # rare stall of the engine (a commit, a pause) can still exceed it: at most 2 of the 120
+    # queries a service answers per attempt
+    assert all(s.runner.overruns <= 2 for s in srv.values()), [s.runner.overruns
+                                                                 for s in srv.values()]
+    every = [x for n in srv for x in shapes[n]]
+    return max(set(every), key=every.count)  # the usual outcome (the other order of the two
+    # requests, the second one first, is rare and happens alike on every neighbour)
+
+
+def categorical_accuracy(a: list, b: list) -> float:
+    """The best accuracy of telling ``a``'s outcomes from ``b``'s by the outcome alone."""
+    keys = set(a) | set(b)
+    return sum(max(a.count(k), b.count(k)) for k in keys) / (len(a) + len(b))
+
+
+def test_the_forced_overrun_probe_is_refused_at_the_door(start):
+    """Eight products: the bound (1000 · 14^8 rows) is far above the capacity, so the probe is
+    refused before anything runs; the over-budget query 3 ms later (same analyst) is refused
+    for its budget, at its own deadline, on every neighbour."""
+    shape = _run(start, 8, "alice")
+    assert shape[0] == 400 and "capacity" in shape[2]
+    assert shape[3] == 409 and shape[4] == "BudgetExceededError"
+
+
+def test_an_admitted_fan_out_probe_is_answered_in_time(start):
+    """One product (14 rows from the target) is within the capacity: the probe runs and is
+    answered at its deadline on every neighbour; the over-budget query of another analyst 3 ms
+    later is refused for its budget at its own deadline, whatever the probe did."""
+    shape = _run(start, 1, "bob")
+    assert shape[0] == 200
+    assert shape[3] == 409 and shape[4] == "BudgetExceededError"
+
+
+def test_the_second_query_of_a_busy_analyst_is_refused_at_once(start):
+    """The same analyst's second query while its admitted probe is in flight: 429 on every
+    neighbour, charging nothing (the visits budget is untouched)."""
+    srv = _services(start)
+    for s in srv.values():
+        with httpx.Client(headers={"Authorization": f"Bearer {KEYS['alice']}"},
+                          timeout=30) as c:
+            shape, _t1, t2, _v = _trial(c, c, s.url, _probe(1))
+            assert shape[0] == 200 and shape[3] == 429 and t2 < 0.1
+            r = c.post(s.url + "/v1/budget", json={"v": 1, "table": {"source": "visits",
+                                                                       "steps": []}})
+            assert r.json()["remaining"] == 1.0

@@ -1,0 +1,174 @@
+"""The static work bound of a plan (from the plan and the sources' caps only), the refusal of a
+plan above the service's capacity before any charge, the deadline that follows from the bound,
+the sources' row caps, and the budget column kept out of the analyst's schema."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pandas as pd
+import pytest
+from ibis import _
+
+from dprivacy.errors import ConfigError, ValidationError
+from dprivacy.remote import connect
+from dprivacy.service.config import load_config
+from dprivacy.service.execute import Builder
+from dprivacy.service.serve import ServiceThread
+from dprivacy.service.workbound import (
+    capacity_seconds,
+    deadline_seconds,
+    plan_bound,
+    table_rows,
+)
+from tests.service.conftest import KEYS, people, write_service
+
+CAPS = "max_rows = 300\nmax_work_rows = 2000000"
+PUB14 = {"columns": ["j"], "rows": [[i] for i in range(14)]}
+COUNT = {"op": "noisy_count", "eps": 0.1}
+
+
+def _cfg(tmp_path: Path, service: str = CAPS):
+    return load_config(write_service(tmp_path, people(200), service=service))
+
+
+def _where(col: str = "age", v: int = 40) -> dict:
+    return {"op": "where", "pred": {"expr": [
+        {"op": "Field", "name": col}, {"op": "Literal", "value": v, "dtype": "int64"},
+        {"op": "Greater", "args": {"left": {"ref": 0}, "right": {"ref": 1}}}]}}
+
+
+def test_the_bound_of_every_step_follows_its_definition(tmp_path):
+    cfg = _cfg(tmp_path)
+    t = {"source": "people", "steps": [_where(), {"op": "product", "public": PUB14}]}
+    assert table_rows(t, cfg) == 300 * 14
+    t["steps"].append({"op": "select_many", "k": 3, "f": {"expr": []}, "columns": None})
+    assert table_rows(t, cfg) == 300 * 14 * 3
+    v = {"source": "visits", "steps": [{"op": "take", "n": 7}]}
+    assert table_rows(v, cfg) == 7
+    v = {"source": "visits", "steps": [{"op": "concat", "other": {"source": "visits",
+                                                                  "steps": []}}]}
+    assert table_rows(v, cfg) == 600
+    j = {"source": "visits", "steps": [{"op": "join", "other": {"source": "visits", "steps": [
+        {"op": "take", "n": 10}]}, "bound": [2, 5], "on": "age"}]}
+    assert table_rows(j, cfg) == min(300 * 5, 10 * 2)
+    g = {"source": "visits", "steps": [{"op": "group_by", "key": [], "aggs": {}}]}
+    assert table_rows(g, cfg) == 300
+    # work: every intermediate, the aggregation's read, and a ProPer charge
+    b = plan_bound({"source": "people", "steps": [_where()]}, COUNT, cfg)
+    assert (b.rows, b.work) == (300, 300 + 300 + 300 + 300)
+    b = plan_bound({"source": "visits", "steps": []},
+                   {"op": "exponential_mechanism", "eps": 1, "candidates": [1, 2, 3],
+                    "scores": [{}, {}, {}]}, cfg)
+    assert b.work == 300 + 3 * 300
+
+
+def test_fan_out_is_capped_per_plan_not_per_step(tmp_path):
+    """Each product of 14 rows is harmless alone; eight of them are refused as one plan."""
+    cfg = _cfg(tmp_path)
+    one = {"source": "people", "steps": [_where("pid", 0), {"op": "product", "public": PUB14}]}
+    assert plan_bound(one, COUNT, cfg).rows == 300 * 14
+    eight = {"source": "people", "steps": [_where("pid", 0)]
+             + [{"op": "product", "public": PUB14}] * 8}
+    with pytest.raises(ValidationError, match="capacity") as e:
+        plan_bound(eight, COUNT, cfg)
+    assert "\n" not in str(e.value)
+
+
+def test_actual_rows_never_exceed_the_bound(tmp_path):
+    """On the owner's side, every prefix of several plans has at most its bound's rows (data at
+    the caps: 300 rows)."""
+    cfg = load_config(write_service(tmp_path, people(300), service=CAPS))
+    srv = ServiceThread(cfg)
+    try:
+        run = srv.runner
+        pub = {"columns": ["age", "j"], "rows": [[a, i] for i, a in enumerate([0, 7, 7, 14])]}
+        plans = [
+            {"source": "people", "steps": [_where("age", 5), {"op": "product", "public": PUB14},
+                                           {"op": "join_public", "public": pub, "on": "age"}]},
+            {"source": "visits", "steps": [{"op": "concat", "other": {
+                "source": "visits", "steps": [_where("age", 10)]}},
+                {"op": "join", "other": {"source": "visits", "steps": []}, "bound": [2, 3],
+                 "on": "age"}]},
+            {"source": "visits", "steps": [{"op": "group_by", "key": "city", "aggs": {}},
+                                           {"op": "take", "n": 5}]},
+        ]
+
+        def count(t: dict) -> int:
+            tab = Builder(lambda s: run.owner.table(s, "alice")).table(t)
+            return int(tab._rel.table.count().execute())
+
+        for p in plans:
+            for i in range(len(p["steps"]) + 1):
+                t = {"source": p["source"], "steps": p["steps"][:i]}
+                got = run._main.submit(count, t).result()
+                assert 0 < got <= table_rows(t, cfg), (t, got)
+    finally:
+        srv.stop()
+
+
+def test_a_source_above_its_cap_is_refused_at_start(tmp_path):
+    cfg = load_config(write_service(tmp_path, people(200), service="max_rows = 150"))
+    with pytest.raises(ConfigError, match="above its max_rows"):
+        ServiceThread(cfg)
+    text = (tmp_path / "service.toml").read_text().replace(
+        'budget_column = "eps"', 'budget_column = "eps"\nmax_rows = 250').replace(
+        "budget = 1.0", "budget = 1.0\nmax_rows = 200")
+    (tmp_path / "service.toml").write_text(text)
+    cfg = load_config(tmp_path / "service.toml")
+    assert [s.max_rows for s in cfg.sources] == [250, 200]
+    ServiceThread(cfg).stop()  # within the caps: starts
+
+
+def test_over_capacity_is_refused_before_any_charge_at_the_default_deadline(start):
+    srv = start(query_seconds=0.2, service=CAPS)
+    s = connect(srv.url, key=KEYS["alice"])
+    p = s.table("people").where(_.pid == 3)
+    for i in range(8):
+        p = p.product(pd.DataFrame({f"j{i}": range(14)}))
+    before = srv.runner.owner.budgets["people"].remaining(np.arange(200))
+    t0 = time.perf_counter()
+    with pytest.raises(ValidationError, match="capacity"):
+        p.noisy_count(1.0)
+    assert time.perf_counter() - t0 >= 0.2
+    assert np.array_equal(srv.runner.owner.budgets["people"].remaining(np.arange(200)), before)
+
+
+def test_the_deadline_follows_from_the_bound(start):
+    """With a slow calibrated cost per row, a plan with a larger bound is answered later, at
+    max(query_seconds, B + C / share); query_seconds stays the floor."""
+    srv = start(query_seconds=0.5, service="max_rows = 1000\nmax_work_rows = 100000\n"
+                                           "row_seconds = 2e-6\nbase_seconds = 0.05")
+    cfg = srv.runner.cfg
+    s = connect(srv.url, key=KEYS["alice"])
+    small = s.table("visits").take(5)
+    big = s.table("people").product(pd.DataFrame({"j": range(20)}))
+    assert capacity_seconds(cfg) == pytest.approx(0.05 + 100000 * 2e-6)
+    wants: list[float] = []
+    for t in (small, big):
+        b = plan_bound(t.plan, COUNT, cfg)
+        want = deadline_seconds(cfg, "alice", b, {t.plan["source"]})
+        assert want == pytest.approx(max(0.5, capacity_seconds(cfg) + b.seconds(cfg) / 0.5))
+        wants.append(want)
+        t0 = time.perf_counter()
+        t.noisy_count(0.1)
+        dt = time.perf_counter() - t0
+        assert want <= dt < want + 0.5, (want, dt)
+    assert wants[0] == 0.5 and wants[1] > 0.6  # the floor, then the bound's deadline
+    assert srv.runner.overruns == 0
+
+
+def test_the_budget_column_is_not_in_the_analysts_schema(start):
+    srv = start(query_seconds=0.1)
+    s = connect(srv.url, key=KEYS["alice"])
+    p = s.table("people")
+    assert "eps" not in p.columns and {"pid", "age", "name"} <= set(p.columns)
+    h = {"Authorization": f"Bearer {KEYS['alice']}"}
+    r = httpx.post(srv.url + "/v1/query", headers=h, json={
+        "v": 1, "table": {"source": "people", "steps": [_where("eps", 0)]}, "query": COUNT})
+    assert r.status_code == 400
+    with pytest.raises(ValidationError):
+        p.noisy_sum(0.1, "eps", 0, 1)
