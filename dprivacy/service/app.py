@@ -86,6 +86,7 @@ def create_app(cfg: ServiceConfig, runner: Runner | None = None) -> Any:
         runner: an existing :class:`~dprivacy.service.runner.Runner` (tests); None builds one.
     """
     run = runner if runner is not None else Runner(cfg)
+    cfg = run.cfg  # with the costs measured at start, if the configuration asks for it
     app = FastAPI(title="dprivacy", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.runner = run
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dprivacy.errors import DPrivacyError, UnsupportedOperationError
+from dprivacy.service.calibrate import calibrated
 from dprivacy.service.config import ServiceConfig
 from dprivacy.service.execute import Builder, run_query, schema_of
 from dprivacy.service.lanes import Engine, Lanes
@@ -81,8 +82,8 @@ class Runner:
     query)."""
 
     def __init__(self, cfg: ServiceConfig) -> None:
-        self.cfg = cfg
         self._main = Engine("dp-engine")
+        self.cfg = cfg = self._main.submit(calibrated, cfg).result()
         self._shadow = ThreadPoolExecutor(1, thread_name_prefix="dp-shadow")
         self._reader = ThreadPoolExecutor(1, thread_name_prefix="dp-budget")
         self.owner: Owner = self._main.submit(Owner, cfg).result()

@@ -17,7 +17,8 @@ produce on *any* dataset within the owner's caps, from public facts only:
 The plan's **work** is the sum of these bounds over every intermediate table (each source scan
 included), plus the aggregation's reading of the queried table (once for a count, a sum or a
 mean; twice for an order statistic, plus the candidates; once per candidate for the exponential
-mechanism; a release also multiplies the workload's F), plus one more pass for a ProPer charge.
+mechanism; a grouped aggregation twice, plus its keys; a release twice, plus the universe's
+elements and the workload's queries), plus one more pass for a ProPer charge.
 Fan-out compounds, and the cap applies to the plan as a whole: a plan whose work exceeds the
 owner's ``max_work_rows``, or whose cost (below) exceeds the capacity ``B``, is refused with one
 line before any charge, whatever the data.
@@ -129,10 +130,12 @@ def _query_reads(q: dict[str, Any], rows: int) -> int:
         return 2 * rows + (len(cands) if isinstance(cands, list) else 1025)
     if op == "exponential_mechanism":
         return rows * max(1, len(q["candidates"]))
-    if op == "release":
+    if op == "grouped":  # one GROUP BY, then one answer per public key
+        return 2 * rows + len(q["keys"])
+    if op == "release":  # the histogram over the universe (F's width), then F's rows
         f = q.get("F") or []
         width = len(f[0]) if f and isinstance(f[0], list) else 1
-        return 2 * rows + len(f) * width
+        return 2 * rows + width + len(f)
     return rows
 
 

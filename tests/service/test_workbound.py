@@ -172,3 +172,40 @@ def test_the_budget_column_is_not_in_the_analysts_schema(start):
     assert r.status_code == 400
     with pytest.raises(ValidationError):
         p.noisy_sum(0.1, "eps", 0, 1)
+
+
+def test_shares_split_the_engine(tmp_path):
+    path = write_service(tmp_path, people(10))
+    text = path.read_text()
+    cfg = load_config(path)
+    assert cfg.share("alice") == cfg.share("bob") == 0.5
+    path.write_text(text.replace('name = "alice"\n', 'name = "alice"\nshare = 0.8\n'))
+    cfg = load_config(path)
+    assert cfg.share("alice") == 0.8 and cfg.share("bob") == pytest.approx(0.2)
+    b = plan_bound({"source": "visits", "steps": []}, COUNT, cfg)
+    assert deadline_seconds(cfg, "bob", b, {"visits"}) == pytest.approx(
+        max(0.25, capacity_seconds(cfg) + b.seconds(cfg) / 0.2))
+    for bad in ("share = 1.0", "share = 1.5", "share = 0"):
+        path.write_text(text.replace('name = "alice"\n', f'name = "alice"\n{bad}\n'))
+        with pytest.raises(ConfigError, match="share"):
+            load_config(path)
+
+
+def test_calibration_at_start_measures_the_engine(tmp_path):
+    """calibrate = true: the costs are measured on synthetic records at start and used (at
+    least the configured ones); the deadlines follow the measured costs."""
+    from dprivacy.service.calibrate import measure
+
+    base, per_row = measure(rows=20_000, repeat=3)
+    assert 0 < base < 5 and 0 < per_row < 1e-3
+    cfg = load_config(write_service(tmp_path, people(50), service="calibrate = true\n"
+                                    "calibrate_factor = 2\nbase_seconds = 0.001\n"
+                                    "row_seconds = 1e-9"))
+    srv = ServiceThread(cfg)
+    try:
+        got = srv.runner.cfg
+        assert got.base_seconds > 0.001 and got.row_seconds > 1e-9
+        s = connect(srv.url, key=KEYS["alice"])
+        assert abs(s.table("visits").noisy_count(1.0) - 50) < 30
+    finally:
+        srv.stop()
