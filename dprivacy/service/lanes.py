@@ -6,7 +6,7 @@ with ``Retry-After``: the seconds until that deadline), charging nothing. Whethe
 admitted depends on the times of the analyst's own requests and on their plans' static bounds
 (which fix the deadlines, :mod:`dprivacy.service.workbound`), never on what the engine is doing.
 
-The engine (:class:`Engine`) is one thread that runs the admitted queries **earliest deadline
+The engine (:class:`EngineThread`) is one thread that runs the admitted queries **earliest deadline
 first**; a query that has started is not pre-empted. With an analyst's reserved share ``s`` of
 the engine, its query of cost ``C`` gets the deadline ``B + C / s`` (at least ``query_seconds``)
 where ``B`` is the cost of the largest plan the service admits. Then every admitted query
@@ -34,10 +34,10 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-__all__ = ["Engine", "Lanes"]
+__all__ = ["EngineThread", "Lanes"]
 
 
-class Engine:
+class EngineThread:
     """One thread running submitted calls in the order of their deadlines (earliest first; a
     call without a deadline goes before every query)."""
 

@@ -42,7 +42,7 @@ from dprivacy.errors import DPrivacyError, UnsupportedOperationError
 from dprivacy.service.calibrate import calibrated
 from dprivacy.service.config import ServiceConfig
 from dprivacy.service.execute import Builder, run_query, schema_of
-from dprivacy.service.lanes import Engine, Lanes
+from dprivacy.service.lanes import EngineThread, Lanes
 from dprivacy.service.plan import Plan
 from dprivacy.service.sources import (
     Owner,
@@ -82,7 +82,7 @@ class Runner:
     query)."""
 
     def __init__(self, cfg: ServiceConfig) -> None:
-        self._main = Engine("dp-engine")
+        self._main = EngineThread("dp-engine")
         self.cfg = cfg = self._main.submit(calibrated, cfg).result()
         self._shadow = ThreadPoolExecutor(1, thread_name_prefix="dp-shadow")
         self._reader = ThreadPoolExecutor(1, thread_name_prefix="dp-budget")

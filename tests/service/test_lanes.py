@@ -16,13 +16,13 @@ from ibis import _
 
 from dprivacy.remote import ServiceBusyError, connect
 from dprivacy.service.config import load_config
-from dprivacy.service.lanes import Engine, Lanes
+from dprivacy.service.lanes import EngineThread, Lanes
 from dprivacy.service.workbound import deadline_seconds, plan_bound
 from tests.service.conftest import KEYS, people, write_service
 
 
 def test_the_engine_runs_the_earliest_deadline_first():
-    eng = Engine("test-engine")
+    eng = EngineThread("test-engine")
     ran: list[float] = []
     gate = threading.Event()
     try:
