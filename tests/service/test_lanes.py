@@ -48,7 +48,7 @@ def test_a_lane_holds_one_query_until_its_deadline():
 
 
 def test_a_second_query_in_flight_is_refused_at_once_and_charges_nothing(start):
-    srv = start(query_seconds=0.4)
+    srv = start(query_seconds=1.5)
     h = {"Authorization": f"Bearer {KEYS['alice']}"}
     body = {"v": 1, "table": {"source": "visits", "steps": []},
             "query": {"op": "noisy_count", "eps": 0.1}}
@@ -59,7 +59,7 @@ def test_a_second_query_in_flight_is_refused_at_once_and_charges_nothing(start):
 
     th = threading.Thread(target=first)
     th.start()
-    time.sleep(0.15)
+    time.sleep(0.4)
     t0 = time.perf_counter()
     second = httpx.post(srv.url + "/v1/query", headers=h, json=body, timeout=30)
     dt = time.perf_counter() - t0
@@ -67,7 +67,7 @@ def test_a_second_query_in_flight_is_refused_at_once_and_charges_nothing(start):
                         json={"v": 1, "table": {"source": "visits", "steps": []}}, timeout=30)
     th.join()
     assert out["first"].status_code == 200
-    assert second.status_code == 429 and dt < 0.2  # at once, not at a deadline
+    assert second.status_code == 429 and dt < 0.7  # at once, not at the deadline (1.5 s)
     assert second.json()["error"] == "ServiceBusyError"
     assert int(second.headers["retry-after"]) >= 1
     assert budget.status_code == 429  # the budget moves when the engine gets there
@@ -78,7 +78,7 @@ def test_a_second_query_in_flight_is_refused_at_once_and_charges_nothing(start):
             s.table("visits").noisy_count(0.1)
         th = threading.Thread(target=again)
         th.start()
-        time.sleep(0.15)
+        time.sleep(0.4)
         try:
             s.table("visits").noisy_count(0.1)
         finally:
