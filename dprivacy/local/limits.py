@@ -20,8 +20,11 @@ from dprivacy.errors import ValidationError
 __all__ = ["DEFAULT_LIMITS", "MAX_REASON", "MAX_REPLY_BYTES", "Limits", "check_json_value",
            "check_query_json", "check_randomiser_json", "fit_refusal", "safe_text"]
 
-#: Largest JSON text of one reply (the aggregator refuses larger ones).
-MAX_REPLY_BYTES = 64 * 1024
+#: Largest JSON text of one reply (the aggregator refuses larger ones). It holds T's output for
+#: the largest randomiser a query may carry (65 536 coordinates of up to 4 096 outputs: at most 6
+#: bytes each, about 384 KiB); the aggregator refuses at publish a query whose answers would not
+#: fit (:func:`dprivacy.local.aggregator.replies.largest_answer`).
+MAX_REPLY_BYTES = 512 * 1024
 #: Characters of a refusal's reason a device sends.
 MAX_REASON = 1000
 

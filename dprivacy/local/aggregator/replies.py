@@ -29,7 +29,7 @@ from dprivacy.local.aggregator.errors import ForbiddenError
 from dprivacy.local.limits import MAX_REPLY_BYTES, check_json_value
 from dprivacy.local.query import Query
 
-__all__ = ["MAX_REPLY_BYTES", "check_reply", "output_checker"]
+__all__ = ["MAX_REPLY_BYTES", "check_reply", "largest_answer", "output_checker"]
 
 _KEYS = frozenset({"query", "user", "status", "result", "cost", "reason"})
 
@@ -37,6 +37,35 @@ _KEYS = frozenset({"query", "user", "status", "result", "cost", "reason"})
 def output_checker(query: Query) -> Callable[[Any], bool]:
     """A predicate: is ``result`` an output of the query's randomiser T (what a device replies)."""
     return query.T.has_output
+
+
+def largest_answer(query: Query, user_chars: int = 128) -> int:
+    """Bytes of JSON of the largest answered reply to ``query`` (T's longest output, the query's
+    id, a user id of ``user_chars`` characters and the cost), as :func:`check_reply` counts them.
+
+    A query whose answers cannot fit :data:`MAX_REPLY_BYTES` (a product randomiser of tens of
+    thousands of coordinates) would charge every device and have every reply refused; the
+    aggregator refuses it at publish instead.
+
+    Examples
+    --------
+    >>> from dprivacy.local.case_studies import warner_query
+    >>> largest_answer(warner_query("w", 1.0, "x", ["yes", "no"])) < 300
+    True
+    """
+    from dprivacy.local.randomiser import MatrixRandomiser, ProductRandomiser
+
+    T = query.T  # noqa: N806 (the paper's symbol)
+    if isinstance(T, ProductRandomiser):
+        outs = [len(str(int(k) - 1)) for k in T._sizes(2)]
+        longest = sum(outs) + 2 * len(outs)  # "[a, b, ...]": each index and its ", "
+    elif isinstance(T, MatrixRandomiser) and T.outputs is not None:
+        longest = max(len(json.dumps(o, allow_nan=False)) for o in T.outputs)
+    else:  # pragma: no cover (every randomiser of a query is one of the two)
+        return 0
+    rest = json.dumps({"query": query.id, "user": "u" * user_chars, "status": "ok",
+                       "cost": T.cost(), "result": None}, allow_nan=False)
+    return len(rest) - len("null") + longest
 
 
 def check_reply(reply: Any, *, device: str, query: Query, cost: float,

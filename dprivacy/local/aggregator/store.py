@@ -40,7 +40,12 @@ from typing import Any, NamedTuple
 
 from dprivacy.errors import ValidationError
 from dprivacy.local.aggregator.errors import ConflictError, ForbiddenError, UnknownError
-from dprivacy.local.aggregator.replies import check_reply, output_checker
+from dprivacy.local.aggregator.replies import (
+    MAX_REPLY_BYTES,
+    check_reply,
+    largest_answer,
+    output_checker,
+)
 from dprivacy.local.limits import DEFAULT_LIMITS, check_query_json
 from dprivacy.local.query import Query
 
@@ -221,6 +226,11 @@ class AggregatorStore:
             raise ValidationError(f"the query id with its analyst's prefix ({publisher}/...) has "
                                   f"{len(full)} characters: at most {DEFAULT_LIMITS.max_id}")
         q = dataclasses.replace(q, id=full)
+        size = largest_answer(q)
+        if size > MAX_REPLY_BYTES:
+            raise ValidationError(f"an answer to this query can take {size} bytes of JSON, and a "
+                                  f"reply holds at most {MAX_REPLY_BYTES}: every device would be "
+                                  "charged and its reply refused (use fewer coordinates in T)")
         text = q.to_json()
         with self._lock:
             try:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 
 import httpx
+import numpy as np
 import pytest
 
 from dprivacy.local import PersonalBudget, UserAgent
@@ -110,3 +111,36 @@ def test_a_trickling_page_is_cut_off_and_an_endless_reply_answer_is_not_read(
         assert poll_once(client, _agent(tmp_path), backoff=0.001) == 3
     assert time.monotonic() - start < 8.0  # four tries of about 0.2 s each, not 4 x 20 s
     assert posted == ["q1", "q3"]
+
+
+def test_every_answer_of_a_published_query_fits_a_reply(monkeypatch) -> None:
+    """A one-hot product of 65 536 coordinates (a 174-byte query, cost 2 ln 3) was accepted at
+    publish while each of its answers (196 KB of JSON) exceeded the 64 KiB reply cap: every device
+    was charged and every reply refused. The cap now holds the largest output any accepted T has,
+    a device's real answer to that query is stored, and a query whose answers could not fit the
+    cap is refused at publish."""
+    from dprivacy.errors import ValidationError
+    from dprivacy.local import Code, Query
+    from dprivacy.local.aggregator import replies, store
+    from dprivacy.local.aggregator.store import AggregatorStore
+    from dprivacy.local.limits import DEFAULT_LIMITS, MAX_REPLY_BYTES
+    from dprivacy.local.randomiser import ProductRandomiser
+
+    n = DEFAULT_LIMITS.max_length
+    T = ProductRandomiser([[0.75, 0.25], [0.25, 0.75]], length=n, domain="one_hot")  # noqa: N806
+    q = Query("wide", T, Code.builtin("one_hot"), fields=("x",), params={"k": n})
+    st = AggregatorStore()
+    _, full = st.publish("alice", q.to_dict())
+    a = UserAgent("u1", {"x": "v"}, PersonalBudget(":memory:", "u1", total=5.0), sandbox=None,
+                  pad=False, rng=0)
+    r = a.handle({**q.to_dict(), "id": full})
+    assert r["status"] == "ok" and len(json.dumps(r)) > 64 * 1024
+    assert st.reply("u1", json.loads(json.dumps(r))) is True
+    assert len(json.dumps(r)) <= replies.largest_answer(Query.from_dict({**q.to_dict(), "id": full}))
+    # the widest outputs a query may have (4096 per coordinate) fit too
+    widest = Query("widest", ProductRandomiser(np.full((2, 4096), 1 / 4096).tolist(), length=n),
+                   Code.builtin("field"), fields=("x",))
+    assert replies.largest_answer(widest) <= MAX_REPLY_BYTES
+    monkeypatch.setattr(store, "MAX_REPLY_BYTES", 64 * 1024)  # with the old cap: refused at publish
+    with pytest.raises(ValidationError, match="a reply holds at most 65536"):
+        st.publish("alice", {**q.to_dict(), "id": "wide2"})
