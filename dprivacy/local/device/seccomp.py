@@ -16,8 +16,11 @@ The program (Linux ``Documentation/userspace-api/seccomp_filter.rst``):
 3. fails with ``EPERM`` the calls that watch what happens outside the sandbox or read global
    counters: inotify and fanotify (a watch on a file under ``/usr`` sees every program of the
    machine that opens it), ``sysinfo`` (free memory, page cache, load and process count of the
-   whole machine), and ``fcntl`` with ``F_NOTIFY`` (directory notifications) or ``F_SETLEASE``
-   (a lease is broken when any other process opens the file);
+   whole machine), ``fcntl`` with ``F_NOTIFY`` (directory notifications) or ``F_SETLEASE``
+   (a lease is broken when any other process opens the file), and file locks (``flock``,
+   ``fcntl`` record locks): a lock on a file every sandbox can open (under ``/usr``) is seen at
+   once by any other process of the machine, a channel between two queries running at the same
+   time (two users' agents on one machine);
 4. fails ``fork``/``vfork`` and any ``clone`` that does not create a thread: the query's code is
    one process, so its per-process limits (address space, CPU time) bound the whole query;
    ``clone3`` returns ``ENOSYS`` (glibc then falls back to ``clone``, which the filter can read);
@@ -60,6 +63,9 @@ _CLONE_THREAD = 0x00010000
 _AF_UNIX = 1
 _F_SETLEASE = 1024
 _F_NOTIFY = 1026
+#: fcntl commands denied: notifications, leases and record locks (F_GETLK, F_SETLK, F_SETLKW and
+#: their open-file-description forms), which any process of the machine can see on a shared file
+_FCNTL_DENIED = (_F_NOTIFY, _F_SETLEASE, 5, 6, 7, 36, 37, 38)
 _PR_SET_PDEATHSIG = 1
 
 #: Denied system calls: their numbers on x86-64 (asm/unistd_64.h) and on arm64
@@ -85,7 +91,7 @@ DENIED: dict[str, tuple[int | None, int | None]] = {
     "inotify_add_watch": (254, 27), "inotify_rm_watch": (255, 28), "sysinfo": (99, 179),
     "socket": (41, 198),
     "iopl": (172, None), "ioperm": (173, None), "modify_ldt": (154, None), "uselib": (134, None),
-    "_sysctl": (156, None), "fork": (57, None), "vfork": (58, None),
+    "_sysctl": (156, None), "fork": (57, None), "vfork": (58, None), "flock": (73, 32),
 }
 
 
@@ -160,10 +166,11 @@ def filter_program(machine: str | None = None) -> bytes:
     # socketpair(domain, ...): AF_UNIX only
     p += [_ins(_JEQ_K, abi.socketpair, 0, 4), _ins(_LD_W_ABS, _OFF_ARG0),
           _ins(_JEQ_K, _AF_UNIX, 1, 0), _ins(_RET_K, eperm), _ins(_RET_K, _RET_ALLOW)]
-    # fcntl(fd, cmd, ...): no directory notifications, no leases
-    p += [_ins(_JEQ_K, abi.fcntl, 0, 5), _ins(_LD_W_ABS, _OFF_ARG1),
-          _ins(_JEQ_K, _F_NOTIFY, 1, 0), _ins(_JEQ_K, _F_SETLEASE, 0, 1), _ins(_RET_K, eperm),
-          _ins(_RET_K, _RET_ALLOW)]
+    # fcntl(fd, cmd, ...): no directory notifications, no leases, no record locks
+    n = len(_FCNTL_DENIED)
+    p += [_ins(_JEQ_K, abi.fcntl, 0, n + 3), _ins(_LD_W_ABS, _OFF_ARG1)]
+    p += [_ins(_JEQ_K, cmd, n - i, 0) for i, cmd in enumerate(_FCNTL_DENIED)]
+    p += [_ins(_RET_K, _RET_ALLOW), _ins(_RET_K, eperm)]
     # prctl(option, ...): the parent-death signal bubblewrap set stays (the kill reaches the code)
     p += [_ins(_JEQ_K, abi.prctl, 0, 4), _ins(_LD_W_ABS, _OFF_ARG0),
           _ins(_JEQ_K, _PR_SET_PDEATHSIG, 0, 1), _ins(_RET_K, eperm), _ins(_RET_K, _RET_ALLOW)]

@@ -315,8 +315,8 @@ def test_filter_program_shape() -> None:
     x86 = [v[0] for v in DENIED.values() if v[0] is not None]
     arm = [v[1] for v in DENIED.values() if v[1] is not None]
     assert len(set(x86)) == len(x86) and len(set(arm)) == len(arm)
-    assert len(filter_program("x86_64")) == 8 * (6 + 2 * len(x86) + 2 + 5 + 5 + 6 + 5 + 1)
-    assert len(filter_program("aarch64")) == 8 * (4 + 2 * len(arm) + 2 + 5 + 5 + 6 + 5 + 1)
+    assert len(filter_program("x86_64")) == 8 * (6 + 2 * len(x86) + 2 + 5 + 5 + 12 + 5 + 1)
+    assert len(filter_program("aarch64")) == 8 * (4 + 2 * len(arm) + 2 + 5 + 5 + 12 + 5 + 1)
     assert {"socket", "inotify_init1", "inotify_add_watch", "fanotify_init", "fanotify_mark",
             "sysinfo"} <= set(DENIED)
     with pytest.raises(Exception, match="x86-64 and arm64 only"):
@@ -451,3 +451,36 @@ def test_code_cannot_outlive_the_kill_at_its_time_bound(filtered: bool, monkeypa
         "    return [libc.prctl(1, 0, 0, 0, 0), ctypes.get_errno(), libc.prctl(15, b'x', 0, 0, 0)]\n"
     )
     assert _run(sb, errno_code) == ([-1, 1, 0] if filtered else [0, 0, 0])  # EPERM; others work
+
+
+def test_file_locks_are_denied() -> None:
+    """A lock on a file every sandbox can open is a channel between two queries running at the
+    same time (user A's ``pre`` held ``flock`` on ``/usr/bin/env`` iff its bit was 1 and user B's
+    read it with ``LOCK_NB``: 4/4 bits). ``flock`` and every fcntl record-lock command fail;
+    other fcntl commands still work."""
+    import errno
+
+    sb = make_sandbox(pad=False)
+    code = (
+        "import fcntl, os, struct\n"
+        "def f(d, p, s):\n"
+        "    fd = os.open('/usr/bin/env', os.O_RDONLY)\n"
+        "    out = {}\n"
+        "    try:\n"
+        "        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)\n"
+        "        out['flock'] = 0\n"
+        "    except OSError as e:\n"
+        "        out['flock'] = e.errno\n"
+        "    lk = struct.pack('hhqqi', fcntl.F_RDLCK, 0, 0, 0, 0)\n"
+        "    for cmd in (5, 6, 7, 36, 37, 38):\n"
+        "        try:\n"
+        "            fcntl.fcntl(fd, cmd, lk + bytes(16))\n"
+        "            out[cmd] = 0\n"
+        "        except OSError as e:\n"
+        "            out[cmd] = e.errno\n"
+        "    out['getfd'] = fcntl.fcntl(fd, fcntl.F_GETFD) >= 0\n"
+        "    return out\n"
+    )
+    v = _run(sb, code)
+    assert v.pop("getfd") is True
+    assert v == {k: errno.EPERM for k in v} and len(v) == 7, v
