@@ -60,7 +60,18 @@ class Objective:
         return f, -2.0 * Cc @ Y
 
     def value(self, C: np.ndarray) -> float:
-        return self.value_grad(C)[0]
+        """f(C) alone: one Cholesky factorisation and one solve (the gradient's second solve,
+        as costly as the first, is skipped; inf when X is singular)."""
+        Cc = centred(C) if self.centre else C
+        X = Cc.T @ Cc
+        if self.centre:
+            X += 1.0 / X.shape[0]
+        try:
+            fac = sla.cho_factor(X, check_finite=False)
+        except (np.linalg.LinAlgError, ValueError):
+            return float("inf")
+        f = float(np.trace(sla.cho_solve(fac, self.G, check_finite=False)))
+        return f if np.isfinite(f) and f >= 0 else float("inf")
 
 
 def answer_map(C: Mat, FK: Mat, f0: np.ndarray,

@@ -204,3 +204,19 @@ def test_config_round_trip_with_an_implicit_workload(tmp_path):
     (tmp_path / "edited.json").write_text(json.dumps(doc))
     with pytest.raises(dp.errors.PrivacyViolationError):
         dp.MechanismConfig.load(tmp_path / "edited.json", U, M, W)
+
+
+def test_the_identity_start_and_the_final_error_match_the_dense_formula():
+    """The closed forms (a scaled identity's error tr(G) / d^2, the best start's score reused as
+    the final error) agree with the error computed from the written-out workload."""
+    from dprivacy.implicit_workload import ImplicitWorkload
+
+    U = dp.Universe.from_points(np.array([[a, b] for a in range(5) for b in range(6)], float))
+    W = ImplicitWorkload.all_rectangles(5, 6)
+    d = dp.design_strategy(W, U, dp.metrics.Euclidean(1.0), starts=("identity",), rounds=0)
+    A = d.strategy
+    F = W.to_workload().dense()
+    P = np.eye(30) - 1.0 / 30
+    dense = 2.0 * float(np.sum((F @ P @ np.linalg.pinv(A @ P)) ** 2))
+    assert d.expected_squared_error() == pytest.approx(dense, rel=1e-9)
+    assert d.report["starts"]["identity"] == pytest.approx(dense, rel=1e-9)

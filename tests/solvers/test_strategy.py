@@ -192,3 +192,14 @@ def test_a_scaled_identity_is_checked_in_closed_form_exactly_as_a_scan(kind):
     uneven = sp.csr_array(sp.diags_array(np.linspace(1, 2, 30)))  # not uniform: scanned
     assert strategy_scan(uneven, basis, cs)[0] == pytest.approx(
         cs.scan(uneven.toarray(), np.ones(30)).max_ratio, rel=1e-12)
+
+
+def test_the_objective_value_alone_equals_the_value_with_its_gradient():
+    rng = np.random.default_rng(8)
+    F = rng.uniform(size=(7, 12))
+    for centre in (True, False):
+        obj = Objective(gram(F, centre), centre)
+        C = rng.uniform(size=(15, 12))
+        assert obj.value(C) == pytest.approx(obj.value_grad(C)[0], rel=1e-12)
+        singular = np.ones((3, 12))
+        assert obj.value(singular) == obj.value_grad(singular)[0] == float("inf")
