@@ -45,7 +45,8 @@ from solvers.strategy.optimize import blas_threads
 NAME = "gaussian_vs_laplace"
 DELTA = 1e-6
 COLUMNS = ["workload", "N", "m", "laplace_error", "gaussian_error", "dual_bound",
-           "certified_gap", "iterations", "seconds", "laplace/gaussian", "max_delta", "method"]
+           "certified_gap", "iterations", "seconds", "laplace/gaussian", "max_delta", "method",
+           "load"]
 #: Beyond this many elements only structured cases are designed (one dense eigendecomposition
 #: of N x N per step is minutes there on this machine).
 DENSE_MAX = 2048
@@ -258,11 +259,12 @@ def run(quick: bool = False, seed: int = 0, outdir: Path = C.RESULTS_DIR,
         rows.append({"workload": name, "N": N, "m": W.m,  # type: ignore[attr-defined]
                      "laplace_error": lap, "gaussian_error": sol.error, "dual_bound": sol.bound,
                      "certified_gap": sol.gap, "iterations": sol.iterations, "seconds": secs,
-                     "laplace/gaussian": lap / sol.error, "max_delta": worst, "method": how})
+                     "laplace/gaussian": lap / sol.error, "max_delta": worst, "method": how,
+                     "load": os.getloadavg()[0]})
         C.write_csv(_merged(old, rows), outdir, name_out)
     df = _merged(old, rows)
     C.write_csv(df, outdir, name_out)
-    write_markdown(df, outdir, quick, name_out, only if update else None)
+    write_markdown(df, outdir, quick, name_out)
     return df
 
 
@@ -270,7 +272,7 @@ def _merged(old: pd.DataFrame | None, rows: list[dict]) -> pd.DataFrame:
     new = pd.DataFrame(rows, columns=COLUMNS)
     if old is None:
         return new
-    out = old.copy()
+    out = old.reindex(columns=COLUMNS)
     for _, r in new.iterrows():
         hit = out["workload"] == r["workload"]
         if hit.any():
@@ -280,38 +282,37 @@ def _merged(old: pd.DataFrame | None, rows: list[dict]) -> pd.DataFrame:
     return out
 
 
-def write_markdown(df: pd.DataFrame, outdir: Path, quick: bool, name: str = NAME,
-                   updated: str | None = None) -> None:
+def write_markdown(df: pd.DataFrame, outdir: Path, quick: bool, name: str = NAME) -> None:
     def g(v: float) -> str:
         return "n/a" if not np.isfinite(v) else f"{v:.4g}"
     load = os.getloadavg()
     lines = [
         "# Optimal Gaussian strategies against the Laplace strategies",
         "",
-        f"One run of `python -m experiments.gaussian_vs_laplace{' --quick' if quick else ''}` on "
+        f"`python -m experiments.gaussian_vs_laplace{' --quick' if quick else ''}` on "
         f"the 2-core machine (load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} at the "
-        "end, shared), one BLAS thread.  Gaussian: unit-variance rows, every pair (eps_ij, "
+        "end of the last run, shared), one BLAS thread.  Gaussian: unit-variance rows, every pair (eps_ij, "
         f"delta = {DELTA:g})-DP by the analytic Gaussian; Laplace: the strategy of "
         "`design_strategy` at eps_ij (pure).  Errors are total expected squared errors; "
         "`gap` = (Gaussian error - dual bound) / Gaussian error, certified; `max delta` is "
         "recomputed from the strategy's columns over every pair.",
-        *([f"Rows whose name contains {updated!r} come from a later run with `--only` and "
-           "`--update` (that run's load average is the one above)."] if updated else []),
+        "`load`: the 1-minute load average at the end of the run (or row) that produced the row "
+        "(rows may come from later `--only NAME --update` runs).",
         "",
         "| workload | N | m | Laplace error | Gaussian error | dual bound | certified gap | "
-        "iterations | seconds | Laplace / Gaussian | max delta | method |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "iterations | seconds | Laplace / Gaussian | max delta | method | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for _, r in df.iterrows():
         if not np.isfinite(r["gaussian_error"]):
             lines.append(f"| {r['workload']} | {r['N']} | {r['m']} | {g(r['laplace_error'])} | "
-                         f"| | | | | | | {r['method']} |")
+                         f"| | | | | | | {r['method']} | |")
             continue
         lines.append(f"| {r['workload']} | {r['N']} | {r['m']} | {g(r['laplace_error'])} | "
                      f"{g(r['gaussian_error'])} | {g(r['dual_bound'])} | "
                      f"{100 * r['certified_gap']:.3f} % | {r['iterations']} | "
                      f"{r['seconds']:.1f} | {g(r['laplace/gaussian'])} | {r['max_delta']:.9g} | "
-                     f"{r['method']} |")
+                     f"{r['method']} | {g(r.get('load', np.nan))} |")
     Path(outdir).mkdir(parents=True, exist_ok=True)
     (Path(outdir) / f"{name}.md").write_text("\n".join(lines) + "\n")
 
