@@ -146,7 +146,8 @@ def poll_once(client: Any, agent: UserAgent, after: int = 0, *,
     at a time, and a single query that still fails (an HTTP error, a time-out, a malformed page,
     ``retries`` times with growing pauses from ``backoff`` seconds) is skipped; a query the
     agent cannot read is refused by :meth:`UserAgent.handle`; a reply the aggregator refuses is
-    logged and skipped. Only a failure that is not the query's (no connection, a refused
+    logged and skipped; after ``limit`` skipped queries the call returns (an aggregator that fails
+    every page cannot keep it looping). Only a failure that is not the query's (no connection, a refused
     credential, the aggregator overloaded) raises :class:`PollError`, after which the caller
     polls again from the returned position (answered queries are then replayed from the
     ledger, never charged twice).
@@ -154,7 +155,7 @@ def poll_once(client: Any, agent: UserAgent, after: int = 0, *,
     import httpx
 
     headers = None if credential is None else {"Authorization": f"Bearer {credential}"}
-    size, failures = max(1, int(limit)), 0
+    size, failures, skipped = max(1, int(limit)), 0, 0
     while True:
         try:
             queries, nxt = _page(client, after, size, headers)
@@ -169,7 +170,9 @@ def poll_once(client: Any, agent: UserAgent, after: int = 0, *,
                 time.sleep(backoff * 2 ** (failures - 1))
                 continue
             log.warning("skipping the query after position %d: %s", after, type(exc).__name__)
-            after, failures = after + 1, 0
+            after, failures, skipped = after + 1, 0, skipped + 1
+            if skipped >= max(1, int(limit)):  # an aggregator failing every page: let the
+                return after                   # caller pause (and stop) before going on
             continue
         failures = 0
         if not queries:

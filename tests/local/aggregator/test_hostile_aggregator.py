@@ -144,3 +144,21 @@ def test_every_answer_of_a_published_query_fits_a_reply(monkeypatch) -> None:
     monkeypatch.setattr(store, "MAX_REPLY_BYTES", 64 * 1024)  # with the old cap: refused at publish
     with pytest.raises(ValidationError, match="a reply holds at most 65536"):
         st.publish("alice", {**q.to_dict(), "id": "wide2"})
+
+
+def test_an_aggregator_failing_every_page_cannot_keep_the_agent_looping(tmp_path) -> None:
+    """An aggregator answering every page with a redirect to itself (or any other skippable
+    failure) kept ``poll_once`` skipping position after position without end, so ``run_agent``
+    never paused, never counted a poll and never asked ``stop()``. A call now returns after
+    ``limit`` skipped queries; the next poll goes on from there."""
+    calls = [0]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls[0] += 1
+        return httpx.Response(302, headers={"location": str(request.url)})
+
+    a = _agent(tmp_path)
+    with httpx.Client(transport=httpx.MockTransport(handler), base_url="http://agg") as c:
+        assert poll_once(c, a, limit=3, retries=0, backoff=0.001) == 3
+        assert poll_once(c, a, 3, limit=3, retries=1, backoff=0.001) == 6
+    assert calls[0] == (1 + 3) + (1 + 2 * 3)  # per call: the page, then the tries per position
