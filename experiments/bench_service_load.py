@@ -27,7 +27,8 @@ warm-up), and the ProPer store's committed queries against the ProPer answers. T
 
 Run ``python -m experiments.bench_service_load`` (8 analysts, 10^7 rows, 600 s per phase) or
 with ``--rows 1000000 --duration 60``; ``--quick`` is a few seconds on 2000 rows (the test).
-Writes ``<results>/bench_service_load[_quick].csv`` and ``.md``.
+Writes ``<results>/bench_service_load[_quick].csv``, ``.md`` and ``_requests.csv`` (every
+request: phase, analyst, kind, status, start and response seconds, deadline).
 """
 
 from __future__ import annotations
@@ -619,6 +620,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         out.mkdir(parents=True, exist_ok=True)
         stem = "bench_service_load_quick" if args.quick else "bench_service_load"
         summary.to_csv(out / f"{stem}.csv", index=False)
+        t_first = df.start.min()
+        df.assign(start=df.start - t_first).to_csv(out / f"{stem}_requests.csv", index=False)
         meta = {"rows": args.rows, "analysts": args.analysts, "duration_s": args.duration,
                 "flood": args.flood, "eps": args.eps, "deadline_rule": rule,
                 "query_seconds": qs, "row_seconds": row_s, "in_process_s": secs,
