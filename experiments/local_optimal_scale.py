@@ -165,6 +165,12 @@ def run(quick: bool = False, seed: int = 0, outdir: Path = RESULTS_DIR, *,
             df = pd.DataFrame(rows, columns=COLUMNS)
             write_csv(df, outdir, NAME)  # after every row: a long run keeps what it measured
     df = pd.DataFrame(rows, columns=COLUMNS)
+    plot(df, outdir)
+    return df
+
+
+def plot(df: pd.DataFrame, outdir: Path) -> None:
+    """Seconds to the target gap (or the limit) against N, one line per metric and loss."""
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
     for (metric, loss), g in df.groupby(["metric", "loss"]):
         ax.loglog(g.N, g.seconds, "o-", label=f"{metric}, {loss}")
@@ -172,7 +178,6 @@ def run(quick: bool = False, seed: int = 0, outdir: Path = RESULTS_DIR, *,
     ax.set_ylabel("seconds to the target gap (or the limit)")
     ax.legend(fontsize=7)
     save_figure(fig, outdir, NAME)
-    return df
 
 
 def summarize(df: pd.DataFrame) -> pd.DataFrame:
