@@ -2,9 +2,12 @@
 
 * :mod:`.optimal`: :func:`~solvers.channels.optimal.solve_dx_lp`, the LP over the channel
   ``T`` (direct, cutting planes, or column generation);
+* :mod:`.column_lagrangian`: the LP decomposed by output column, with a proven lower bound;
+* :mod:`.symmetry`: permutations of the inputs that leave the LP unchanged (the square's);
 * :mod:`.dantzig_wolfe`: the column-generation master and pricing;
 * :mod:`.lp_parts`: the HiGHS model pieces both methods share;
-* :mod:`.spanner`: greedy metric spanners (fewer privacy constraints, bounded dilation).
+* :mod:`.spanner`: greedy metric spanners (fewer privacy constraints, bounded dilation) and the
+  exact edges of a graph metric.
 
 The user-facing wrapper that takes a metric and returns a randomiser is
 :func:`dprivacy.local.optimal_randomiser`.
