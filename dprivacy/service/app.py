@@ -156,7 +156,8 @@ def create_app(cfg: ServiceConfig, runner: Runner | None = None) -> Any:
     async def source(name: str, request: Request) -> dict[str, Any]:
         src = usable(request, name)
         plan = Plan({"source": name, "steps": []}, None, frozenset({name}))
-        return {"name": name, "kind": src.kind, "schema": await run.schema(plan)}
+        a = who(request)
+        return {"name": name, "kind": src.kind, "schema": await run.schema(plan, a.name)}
 
     @app.get("/v1/sources/{name}/release")
     async def release_inputs(name: str, request: Request) -> dict[str, Any]:
@@ -194,7 +195,7 @@ def create_app(cfg: ServiceConfig, runner: Runner | None = None) -> Any:
     async def schema(request: Request) -> dict[str, Any]:
         async def answer(a: AnalystConfig, plan: Plan) -> dict[str, Any]:
             try:
-                return {"schema": await run.schema(plan)}
+                return {"schema": await run.schema(plan, a.name)}
             except DPrivacyError:
                 raise
             except Exception as exc:  # computed on the empty shadows: depends on the plan only

@@ -20,8 +20,9 @@ most one such query (at most ``B``, it had started before ``t0``) and queries th
 they add up to at most ``s · (d - t0 - B)``; summed over the analysts with ``Σ s ≤ 1``, the engine
 had at most ``B + (d - t0 - B) = d - t0`` of work in ``[t0, d]``, and the query did not miss.
 
-The *default answers* (the plan on empty shadow sources) run on a thread of the analyst's own
-lane, never behind real work nor behind other analysts' defaults.
+The *default answers* (the plan on empty shadow sources) and the analyst's schema requests run
+on a thread of the analyst's own lane, never behind real work nor behind other analysts'
+requests.
 """
 
 from __future__ import annotations

@@ -77,8 +77,8 @@ class _Job:
 
 class Runner:
     """The owner's threads: the engine runs real queries (the engine and the ledgers) earliest
-    deadline first; each analyst's lane has a thread for its default answers; one thread
-    answers schema requests on the shadows, one reads PINQ budgets (never waits behind a
+    deadline first; each analyst's lane has a thread for its default answers and schema
+    requests; one thread holds the shared shadows, one reads PINQ budgets (never waits behind a
     query)."""
 
     def __init__(self, cfg: ServiceConfig) -> None:
@@ -178,8 +178,8 @@ class Runner:
                                              {"op": "noisy_count", "eps": 1.0},
                                              frozenset({s.name})))
 
-    def _schema(self, plan: Plan) -> list[list[str]]:
-        return schema_of(Builder(self.shadows.table).table(plan.table))
+    def _schema(self, shadows: Shadows, plan: Plan) -> list[list[str]]:
+        return schema_of(Builder(shadows.table).table(plan.table))
 
     def _budget(self, analyst: str, plan: Plan) -> Any:
         steps = plan.table["steps"]
@@ -261,9 +261,12 @@ class Runner:
             out = await dflt
         return out
 
-    async def schema(self, plan: Plan) -> list[list[str]]:
-        """The public schema of the plan's table (computed on the shadows)."""
-        return await asyncio.get_running_loop().run_in_executor(self._shadow, self._schema, plan)
+    async def schema(self, plan: Plan, analyst: str | None = None) -> list[list[str]]:
+        """The public schema of the plan's table (computed on the shadows, in the analyst's
+        own lane if one is named: another analyst's schema requests never delay it)."""
+        ex, shadows = self._lane[analyst] if analyst is not None else (self._shadow,
+                                                                        self.shadows)
+        return await asyncio.get_running_loop().run_in_executor(ex, self._schema, shadows, plan)
 
     async def budget(self, analyst: str, plan: Plan) -> Any:
         """The analyst's remaining PINQ budget(s) of the plan's sources."""
