@@ -19,7 +19,8 @@ used Nsjail). Here each call is a fresh Python interpreter started by ``bwrap`` 
   argument, on stdin;
 * **runs under a seccomp filter** (:mod:`dprivacy.local.device.seccomp`, passed with ``--seccomp FD``)
   that denies ptrace, the mount family, the kernel keyring, perf, bpf, namespaces, io_uring,
-  every socket (any family), inotify, fanotify and other watches on the machine, and process
+  every socket (any family), inotify, fanotify and other watches on the machine, file locks,
+  clearing the parent-death signal (so the process dies with ``bwrap``), and process
   creation: the query is **one process** (threads allowed), so the resource limits below bound
   the whole query, not each of its processes;
 * **has resource limits**: set before ``exec``, address space (the query's memory bound, shared
@@ -30,7 +31,8 @@ used Nsjail). Here each call is a fresh Python interpreter started by ``bwrap`` 
   processes of the agent's user neither count against it nor are stopped by it, which a limit
   set before ``bwrap`` (counted over all the user's processes) would do for an agent that is
   not root;
-* **has a wall-clock bound** ``t``: the process group is killed at ``t``; with ``pad=True`` every
+* **has a wall-clock bound** ``t``: at ``t`` the sandboxed process (by the id ``bwrap
+  --info-fd`` reports) and ``bwrap``'s process group are killed; with ``pad=True`` every
   call takes ``t + PAD_SLACK`` seconds whatever the code does (the timing channel of Paper IV
   §3.4): the slack hides the few milliseconds that killing and collecting a process at its bound
   take, which would otherwise tell code that ran into the bound from code that returned.
