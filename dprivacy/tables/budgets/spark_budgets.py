@@ -18,8 +18,8 @@ A person's remaining budget is the base's minus the sum of their unfolded debits
 
 **One query** (ProPer, POPL'15 Fig. 3): ε × (records of each source in the queried relation),
 or Σ element costs, computed by Spark in one GROUP BY over the relation's plan; the asked people
-joined, on ``(b, id)``, with their base rows and their unfolded debits (only the buckets of the
-people asked are read; a person whose current remaining budget covers the cost pays); ONE
+joined, on ``(b, id)``, with their base rows and their unfolded debits (a person whose current
+remaining budget covers the cost pays); ONE
 statement writes the query's debits (one row per person asked, whoever can pay). Its files are
 synced and the version naming them is published by an atomic, exclusive commit; only then is the
 relation restricted to the payers' records (a semi-join with the debits' ``paid`` rows) and ⊥
@@ -298,7 +298,7 @@ class SparkBudgetTable:
             nb = self._nbuckets(meta)
             asked_b = asked.withColumn("b", self._bucket(F.col("id"), nb))
             # the ⊥ records' group (id -1) stays, counted by the observation, then dropped with
-            # the unknown ids; the people not asked are not read beyond their buckets
+            # the unknown ids
             j = asked_b.join(self._current(spark, meta), ["b", "id"], "left")
             ok = (F.col("initial").isNotNull() & F.col("c").isNotNull()
                   & (F.col("remaining") >= F.col("c")))

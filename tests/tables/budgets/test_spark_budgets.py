@@ -328,6 +328,25 @@ def test_folds_run_in_the_background_after_the_commit(spark, tmp_path):
     assert [q[0] for q in table.queries()][-1] == 5
 
 
+def test_a_store_of_the_layout_without_buckets_is_read_charged_and_folded(spark, tmp_path):
+    root = tmp_path / "old"
+    table = SparkBudgetTable(root, fold_every=2, fold_in_background=False)
+    out = table.log.new_dir(1)  # one row per person with a paid column, as stores used to be
+    spark.createDataFrame(pd.DataFrame({"id": np.arange(4), "initial": [10**9] * 4,
+                                        "remaining": [10**9, 5 * 10**8, 10**8, 0],
+                                        "paid": [False] * 4})).write.parquet(out)
+    assert table.log.publish(1, {"kind": "register", "added": 4, "next_query": 1,
+                                 "data": os.path.basename(out)})
+    assert list(table.remaining(range(4))) == pytest.approx([1.0, 0.5, 0.1, 0.0])
+    rel, _ = _people(spark, table, [1.0] * 4)  # known ids keep their budgets
+    assert table.pay(rel, 0.3).count() == 2
+    assert list(table.remaining(range(4))) == pytest.approx([0.7, 0.2, 0.1, 0.0])
+    assert table.pay(rel, 0.3).count() == 1  # and this one folds into a bucketed base
+    meta = table.log.latest()[1]
+    assert meta["kind"] == "fold" and meta["layout"] == "bucketed-debits"
+    assert list(table.remaining(range(4))) == pytest.approx([0.4, 0.2, 0.1, 0.0])
+
+
 @pytest.mark.slow
 def test_sigkill_at_random_points_never_releases_an_uncharged_answer(tmp_path):
     store, out = tmp_path / "k", tmp_path / "released.txt"
