@@ -6,8 +6,7 @@ under ``tmp`` (never through the driver). A :class:`SparkBudgetTable` under ``tm
 person's budget (1.0); ``queries`` charged noisy counts of ``x > 0.5`` (ε = 0.1, everybody
 selected pays) are timed, interleaved with Spark's exact count of the same filter over the same
 Parquet (a scan). Reported: the median time per query and its ratio to the exact count, the
-one-time registration, the store's bytes per person (the current version's base and unfolded
-debits), the same after folding the remaining debits into the base (and the fold's time), and
+one-time registration, the store's bytes per person (the current version's Parquet files), and
 the driver's peak RSS (the Python process: budgets on the driver would take 8 bytes per person
 there; the store never brings ids or budgets to it).
 
@@ -100,21 +99,13 @@ def proper_spark(people: int, queries: int, tmp: Path, spark: Any = None) -> lis
         exact()
         ex_t.append(time.perf_counter() - t0)
         print(f"  query {i + 1}: {lib_t[-1]:.1f} s (exact count {ex_t[-1]:.1f} s)", flush=True)
-    store.wait()  # a background fold started by the last queries
-    per_person = store.storage_bytes() / people  # base + unfolded debits
-    unfolded = len(store.log.latest()[1].get("deltas", ()))
-    t0 = time.perf_counter()
-    store.fold()
-    t_fold = time.perf_counter() - t0
-    per_person_folded = store.storage_bytes() / people
+    per_person = store.storage_bytes() / people
     payers = [q[2] for q in store.queries()]
     return [speed.row("ProPer noisy_count, budgets in the cluster (SparkBudgetTable)", people,
                       "spark local[2]", statistics.median(lib_t), "Spark exact count",
                       statistics.median(ex_t), float("nan"), queries=queries,
                       per_query_s=" ".join(f"{t:.1f}" for t in lib_t),
                       register_s=t_reg, generate_s=t_gen, store_bytes_per_person=per_person,
-                      unfolded_queries=unfolded, fold_s=t_fold,
-                      store_bytes_per_person_folded=per_person_folded,
                       payers_per_query=statistics.median(payers) if payers else 0,
                       driver_peak_rss_mib=_rss_mib(), driver_rss_before_mib=rss0)]
 

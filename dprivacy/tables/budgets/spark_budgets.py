@@ -1,49 +1,33 @@
-"""ProPer's personal budgets kept in the cluster: a bucketed Parquet table charged by Spark.
+"""ProPer's personal budgets kept in the cluster: a versioned Parquet table charged by Spark.
 
 :class:`SparkBudgetTable` implements :class:`dprivacy.tables.relations.protocol.PersonalBudgets`
-for ProPer tables on Spark without holding budgets (or ids) on the driver. The budgets live
-under a directory that the driver and the executors share (a local disk for a local session, a
-network filesystem on a cluster), in numbered versions (:mod:`dprivacy.tables.budgets.version_log`)
-made of two parts:
-
-* the **base**: one row per person ``(id, initial, remaining)`` in integer units of 10⁻⁹ ε,
-  a Parquet dataset partitioned into ``B`` buckets by ``b = pmod(hash(id), B)`` (Spark's own
-  hash partitioning function of the id; ``B`` chosen from the number of people at the first
-  registration, or given);
-* the **debits**: one small Parquet dataset per query since the last fold,
-  ``(id, b, debit, paid)`` for every registered person the query asked (``debit`` 0 and
-  ``paid`` false for those who could not pay).
-
-A person's remaining budget is the base's minus the sum of their unfolded debits.
+for ProPer tables on Spark without holding budgets (or ids) on the driver. The budgets are one
+row per person ``(id, initial, remaining, paid)`` in integer units of 10⁻⁹ ε, stored as a
+Parquet dataset under a directory that the driver and the executors share (a local disk for a
+local session, a network filesystem on a cluster), in numbered versions
+(:mod:`dprivacy.tables.budgets.version_log`).
 
 **One query** (ProPer, POPL'15 Fig. 3): ε × (records of each source in the queried relation),
-or Σ element costs, computed by Spark in one GROUP BY over the relation's plan; the asked people
-joined, on ``(b, id)``, with their base rows and their unfolded debits (a person whose current
-remaining budget covers the cost pays); ONE
-statement writes the query's debits (one row per person asked, whoever can pay). Its files are
-synced and the version naming them is published by an atomic, exclusive commit; only then is the
-relation restricted to the payers' records (a semi-join with the debits' ``paid`` rows) and ⊥
-records, on which the caller computes the aggregate. The number of eligible records (a count's
-answer) and the number of payers are observed during the charge's own pass (Spark observations),
-so a count needs no second scan. No query rewrites the base.
-
-**Folding**: every ``fold_every`` queries the unfolded debits are folded into a new base (the
-base LEFT JOIN the summed debits, written bucket by bucket), by default in a background thread
-after the query that triggered it has committed, so no answer waits for it. The fold writes
-outside the store's lock and publishes a version whose base is the folded one and whose debits
-are those committed meanwhile; a fold that finds another fold published first gives up.
-:meth:`SparkBudgetTable.fold` runs one now.
+or Σ element costs, computed by Spark in one GROUP BY over the relation's plan; then ONE
+set-based statement, the current version LEFT JOIN those costs, writes the next version: a
+person whose remaining budget covers the cost is debited and marked ``paid``, everybody else is
+copied unchanged. The version's files are synced and the version is published by an atomic,
+exclusive commit; only then is the relation restricted to the payers' records (a semi-join
+with the new version's ``paid`` rows) and ⊥ records, on which the caller computes the
+aggregate. The number of eligible records (a count's answer) and the number of payers are
+observed during the charge's own pass (Spark observations), so a count needs no second scan.
+The statements, and the rows written, are the same whoever can pay: every person's row is
+rewritten by every query.
 
 **Crash rule**: no answer leaves before its charge is committed, and a process killed at any
-point leaves every budget either charged (the commit naming its debits exists) or not (the
-previous version is current); a fold killed before its commit leaves the debits unfolded (and
-counted once), and after it leaves them folded (and no longer named). Directories no kept
-version names are deleted after each commit, keeping the newest ``keep_versions`` versions (an
-eligible relation, e.g. the table returned by ``as_pinq``, reads its query's debits, so it stays
-usable for ``keep_versions - 1`` further commits of the same store).
+point leaves every budget either charged (the commit exists) or not (the previous version is
+current). Old versions are deleted after each commit, keeping the newest ``keep_versions``
+(an eligible relation, e.g. the table returned by ``as_pinq``, reads its version's ``paid``
+rows, so it stays usable for ``keep_versions - 1`` further charges of the same store).
 
 Registration (:meth:`SparkBudgetTable.attach`) needs a stable ``id_column``; new ids are
-appended to the base in one statement (a union, no budget computed on the driver).
+appended to the table in one statement (a union, no rewrite of the other rows' budgets
+computed on the driver).
 
 Examples:
     A ProPer table on Spark whose budgets live under ``warehouse/budgets``::
@@ -58,7 +42,6 @@ Examples:
 from __future__ import annotations
 
 import os
-import threading
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -74,21 +57,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SparkBudgetTable", "StoreLockTimeout"]
 
-_BASE = "id BIGINT, initial BIGINT, remaining BIGINT, b INT"
-_DEBITS = "id BIGINT, b INT, debit BIGINT, paid BOOLEAN"
-#: people per bucket aimed at when the number of buckets is chosen from the registration
-_PER_BUCKET = 2_000_000
-_MAX_BUCKETS = 4096
-#: the commits' name for a base partitioned into buckets (older stores: one row per person, with
-#: a ``paid`` column, read as one bucket and rewritten bucketed by the next fold or registration)
-_LAYOUT = "bucketed-debits"
-
-
-def _layout(meta: dict[str, Any] | None) -> dict[str, Any]:
-    """The fields of a commit describing its base, carried over by a charge."""
-    if meta is None:
-        return {"data": None}
-    return {k: meta[k] for k in ("data", "buckets", "layout") if k in meta}
+_SCHEMA = "id BIGINT, initial BIGINT, remaining BIGINT, paid BOOLEAN"
 
 
 class SparkBudgetTable:
@@ -102,33 +71,17 @@ class SparkBudgetTable:
         keep_versions: versions kept after each commit (>= 2).
         timeout: seconds to wait for other processes' lock on the store.
         compression: the Parquet codec of the budget files.
-        buckets: number of id buckets of the base; None: chosen at the first registration
-            (about two million people per bucket). Fixed once the store holds people.
-        fold_every: fold the debits into the base once this many queries are unfolded (>= 1).
-        fold_in_background: fold in a background thread of this process (True), or in the
-            query's own call after its commit (False; for tests and batch jobs).
     """
 
     def __init__(self, path: str | os.PathLike, *, session: Any = None, keep_versions: int = 3,
-                 timeout: float = 60.0, compression: str = "zstd", buckets: int | None = None,
-                 fold_every: int = 8, fold_in_background: bool = True) -> None:
+                 timeout: float = 60.0, compression: str = "zstd") -> None:
         if isinstance(keep_versions, bool) or not isinstance(keep_versions, int) or keep_versions < 2:
             raise ValidationError(f"keep_versions = {keep_versions!r}: an integer >= 2")
-        if buckets is not None and (isinstance(buckets, bool) or not isinstance(buckets, int)
-                                    or not 1 <= buckets <= _MAX_BUCKETS):
-            raise ValidationError(f"buckets = {buckets!r}: None or an integer in 1..{_MAX_BUCKETS}")
-        if isinstance(fold_every, bool) or not isinstance(fold_every, int) or fold_every < 1:
-            raise ValidationError(f"fold_every = {fold_every!r}: an integer >= 1")
         self.log = VersionLog(path, timeout=timeout)
         self.path = self.log.root
         self.keep_versions = keep_versions
         self.compression = str(compression)
-        self.buckets = buckets
-        self.fold_every = fold_every
-        self.fold_in_background = bool(fold_in_background)
         self._session = session
-        self._folder: threading.Thread | None = None
-        self.fold_error: BaseException | None = None
         self.last_query_id: int | None = None
 
     # ------------------------------------------------------------------ plumbing
@@ -141,65 +94,24 @@ class SparkBudgetTable:
 
         return SparkSession.getActiveSession() or local_session()
 
-    def _nbuckets(self, meta: dict[str, Any] | None) -> int:
-        if meta is not None and meta.get("data") is not None:
-            return int(meta.get("buckets", 1))
-        return self.buckets or 1
-
-    @staticmethod
-    def _bucket(col: Any, nb: int) -> Any:
-        from pyspark.sql import functions as F
-
-        return F.pmod(F.hash(col), F.lit(int(nb))).cast("int")
-
     def _frame(self, spark: Any, meta: dict[str, Any] | None) -> Any:
-        """The base of a commit ``(id, initial, remaining, b)`` (empty before the first one)."""
-        from pyspark.sql import functions as F
-
-        if meta is None or meta.get("data") is None:
-            return spark.createDataFrame([], _BASE)
-        if meta.get("layout") != _LAYOUT:  # a store written before the buckets: one bucket
-            old = spark.read.schema("id BIGINT, initial BIGINT, remaining BIGINT, paid BOOLEAN"
-                                    ).parquet(self.log.data_path(meta))
-            return old.select("id", "initial", "remaining",
-                              self._bucket(F.col("id"), 1).alias("b"))
-        return spark.read.schema(_BASE).parquet(self.log.data_path(meta))
-
-    def _debits(self, spark: Any, meta: dict[str, Any] | None) -> Any:
-        """All unfolded debits of a commit ``(id, b, debit, paid)`` (possibly empty)."""
-        names = list((meta or {}).get("deltas", ()))
-        if not names:
-            return spark.createDataFrame([], _DEBITS)
-        return spark.read.schema(_DEBITS).parquet(*[os.path.join(self.path, n) for n in names])
-
-    def _current(self, spark: Any, meta: dict[str, Any] | None) -> Any:
-        """``(id, b, initial, remaining)`` with the unfolded debits subtracted: the base LEFT
-        JOIN the debits summed per person, on (b, id)."""
-        from pyspark.sql import functions as F
-
-        d = self._debits(spark, meta).groupBy("b", "id").agg(F.sum("debit").alias("d"))
-        j = self._frame(spark, meta).join(d, ["b", "id"], "left")
-        return j.select("id", "b", "initial",
-                        (F.col("remaining") - F.coalesce(F.col("d"), F.lit(0))).alias("remaining"))
+        """The budgets of a commit (an empty table before the first one)."""
+        if meta is None:
+            return spark.createDataFrame([], _SCHEMA)
+        return spark.read.schema(_SCHEMA).parquet(self.log.data_path(meta))
 
     def _write(self, k: int, frame: Any) -> str:
-        """Write ``frame`` (a query's debits) as data of the candidate version k + 1 and sync
-        its files; returns its directory (not yet named by any commit)."""
+        """Write ``frame`` as the candidate version k + 1 and sync its files; returns its
+        directory (not yet current)."""
         out = self.log.new_dir(k + 1)
         frame.write.option("compression", self.compression).parquet(out)
         self.log.sync_dir(out)
         return out
 
-    def _write_base(self, out: str, frame: Any, nb: int) -> None:
-        """Write a base ``(id, initial, remaining, b)`` partitioned by bucket, and sync it."""
-        (frame.repartition(nb, "b").sortWithinPartitions("b", "id").write
-         .option("compression", self.compression).partitionBy("b").parquet(out))
-        self.log.sync_dir(out)
-
-    def _publish(self, k: int, meta: dict[str, Any]) -> None:
-        """Make ``meta`` version k + 1 (the commit), then delete what no kept version names.
-        Inside the log's lock."""
-        if not self.log.publish(k + 1, meta):
+    def _publish(self, k: int, out: str, info: dict[str, Any]) -> None:
+        """Make ``out`` version k + 1 (the commit), then delete versions beyond
+        ``keep_versions``. Inside the log's lock."""
+        if not self.log.publish(k + 1, {**info, "data": os.path.basename(out)}):
             raise StoreLockTimeout(f"version {k + 1} of {self.path} was published by another "
                                    "writer holding no lock; nothing was charged")
         self.log.collect(self.keep_versions)
@@ -255,27 +167,20 @@ class SparkBudgetTable:
             joined = per_id.join(base, "id", "left")
             st = joined.agg(F.max("m").alias("dup"), F.min("id").alias("lo"),
                             F.count(F.when(F.col("id").isNull(), 1)).alias("nulls"),
-                            F.count(F.when(F.col("known").isNull(), 1)).alias("new"),
-                            F.count(F.lit(1)).alias("all")).first()
+                            F.count(F.when(F.col("known").isNull(), 1)).alias("new")).first()
             if st["dup"] is not None and (st["dup"] > 1 or st["nulls"] > 0 or st["lo"] < 0):
                 raise ValidationError("the id column must hold distinct non-negative integers "
                                       "(one stable identity per individual)")
             if not st["new"]:
                 return
-            if meta is not None and meta.get("data") is not None:
-                nb = self._nbuckets(meta)
-            else:
-                nb = self.buckets or min(_MAX_BUCKETS, max(1, -(-int(st["all"]) // _PER_BUCKET)))
             fresh = joined.filter(F.col("known").isNull()).select(
                 "id", F.col("u").alias("initial"), F.col("u").alias("remaining"),
-                self._bucket(F.col("id"), nb).alias("b"))
-            old = self._frame(spark, meta).select("id", "initial", "remaining", "b")
-            out = self.log.new_dir(k + 1)
-            self._write_base(out, old.unionByName(fresh), nb)
-            self._publish(k, {"kind": "register", "added": int(st["new"]),
-                              "data": os.path.basename(out), "buckets": nb, "layout": _LAYOUT,
-                              "deltas": list((meta or {}).get("deltas", ())),
-                              "next_query": int((meta or {}).get("next_query", 1))})
+                F.lit(False).alias("paid"))
+            old = self._frame(spark, meta).select("id", "initial", "remaining",
+                                                  F.lit(False).alias("paid"))
+            out = self._write(k, old.unionByName(fresh))
+            self._publish(k, out, {"kind": "register", "added": int(st["new"]),
+                                   "next_query": int((meta or {}).get("next_query", 1))})
 
     # ------------------------------------------------------------------ the Query rule
     def pay(self, rel: IbisRelation, eps: float, element_costs: ElementCosts | None = None,
@@ -295,11 +200,9 @@ class SparkBudgetTable:
         asked = _costs(rel, eng.run(rel.table), units, element_costs)
         with self.log.locked():
             k, meta = self.log.latest()
-            nb = self._nbuckets(meta)
-            asked_b = asked.withColumn("b", self._bucket(F.col("id"), nb))
-            # the ⊥ records' group (id -1) stays, counted by the observation, then dropped with
-            # the unknown ids
-            j = asked_b.join(self._current(spark, meta), ["b", "id"], "left")
+            # a FULL join keeps the group of the ⊥ records (id -1), counted by the observation
+            # and then dropped with the unknown ids; a person not asked has c NULL
+            j = self._frame(spark, meta).join(asked, "id", "full")
             ok = (F.col("initial").isNotNull() & F.col("c").isNotNull()
                   & (F.col("remaining") >= F.col("c")))
             j = j.withColumn("ok", ok)
@@ -308,78 +211,23 @@ class SparkBudgetTable:
                           F.sum(F.when(F.col("ok"), F.col("c"))).alias("total"),
                           F.sum(F.when(F.col("ok"), F.col("n"))).alias("records"),
                           F.sum(F.when(F.col("id") == -1, F.col("n"))).alias("bottom"))
-            debits = j.filter(F.col("initial").isNotNull()).select(
-                "id", "b", F.when(F.col("ok"), F.col("c")).otherwise(F.lit(0)).alias("debit"),
-                F.col("ok").alias("paid"))
+            new = j.filter(F.col("initial").isNotNull()).select(
+                "id", "initial", F.when(F.col("ok"), F.col("remaining") - F.col("c"))
+                .otherwise(F.col("remaining")).alias("remaining"), F.col("ok").alias("paid"))
             qid = int((meta or {}).get("next_query", 1))
-            out = self._write(k, debits)  # the stats below are this pass's observations
+            out = self._write(k, new)  # the stats below are this pass's observations
             got = charged.get
-            deltas = [*(meta or {}).get("deltas", ()), os.path.basename(out)]
-            self._publish(k, {**_layout(meta), "kind": "charge", "query": qid, "label": label,
-                              "payers": int(got.get("payers") or 0),
-                              "total": int(got.get("total") or 0), "next_query": qid + 1,
-                              "deltas": deltas})
+            self._publish(k, out, {"kind": "charge", "query": qid, "label": label,
+                                   "payers": int(got.get("payers") or 0),
+                                   "total": int(got.get("total") or 0), "next_query": qid + 1})
             self.last_query_id = qid
-            if len(deltas) >= self.fold_every:
-                self._fold_later(spark)
         paid = eng.register_dataframe(
-            spark.read.schema(_DEBITS).parquet(out).filter(F.col("paid")).select("id"), "paid")
+            spark.read.schema(_SCHEMA).parquet(out).filter(F.col("paid")).select("id"), "paid")
         t = rel.table
         elig = rel.with_table(t.filter((t[PID] == -1) | t[PID].isin(paid["id"])))
         if element_costs is None:
             elig.known_count = int(got.get("bottom") or 0) + int(got.get("records") or 0)
         return elig
-
-    # ------------------------------------------------------------------ folding
-    def _fold_later(self, spark: Any) -> None:
-        """Start a fold (in the background, or now); inside the log's lock."""
-        if not self.fold_in_background:
-            self.fold(spark)
-            return
-        if self._folder is not None and self._folder.is_alive():
-            return
-        self._folder = threading.Thread(target=self._fold_quietly, args=(spark,),
-                                        name=f"dprivacy-fold-{os.path.basename(self.path)}",
-                                        daemon=True)
-        self._folder.start()
-
-    def _fold_quietly(self, spark: Any) -> None:
-        try:
-            self.fold(spark)
-            self.fold_error = None
-        except BaseException as e:  # noqa: BLE001 - kept for the curator; the next fold retries
-            self.fold_error = e
-
-    def fold(self, spark: Any = None) -> bool:
-        """Fold the unfolded debits into a new base now; False if there were none or another
-        fold published first. Writes outside the store's lock; commits inside it."""
-        spark = spark or self._spark()
-        with self.log.locked():
-            k, meta = self.log.latest()
-        if meta is None or not meta.get("deltas") or meta.get("data") is None:
-            return False
-        folded = list(meta["deltas"])
-        nb = self._nbuckets(meta)
-        with self.log.writing(k + 1) as out:
-            cur = self._current(spark, meta)
-            self._write_base(out, cur.select("id", "initial", "remaining", "b"), nb)
-            with self.log.locked():
-                k2, now = self.log.latest()
-                if now is None or now.get("data") != meta["data"]:
-                    return False  # another fold (or a registration) published first
-                rest = [d for d in now.get("deltas", ()) if d not in folded]
-                if len(rest) != len(now.get("deltas", ())) - len(folded):
-                    return False  # not the debits it read: leave them
-                self._publish(k2, {"kind": "fold", "folded": len(folded),
-                                   "data": os.path.basename(out), "buckets": nb,
-                                   "layout": _LAYOUT, "deltas": rest,
-                                   "next_query": int(now.get("next_query", 1))})
-        return True
-
-    def wait(self, timeout: float | None = None) -> None:
-        """Wait for a background fold of this object to finish."""
-        if self._folder is not None:
-            self._folder.join(timeout)
 
     # ------------------------------------------------------------------ curator's view
     def remaining(self, ids: Any) -> np.ndarray:
@@ -398,7 +246,7 @@ class SparkBudgetTable:
         with self.log.locked():
             _, meta = self.log.latest()
             want = spark.createDataFrame([(int(x),) for x in np.unique(a)], "id BIGINT")
-            rows = (self._current(spark, meta).join(F.broadcast(want), "id")
+            rows = (self._frame(spark, meta).join(F.broadcast(want), "id")
                     .select("id", what).collect())
         got = {int(r[0]): int(r[1]) for r in rows}
         if any(int(x) not in got for x in a):
@@ -416,14 +264,12 @@ class SparkBudgetTable:
         return out
 
     def storage_bytes(self) -> int:
-        """Bytes of the current version's budget files, base and unfolded debits (0 before any
-        registration)."""
+        """Bytes of the current version's budget files (0 before any registration)."""
         _, meta = self.log.latest()
         return 0 if meta is None else self.log.bytes_of(meta)
 
     def close(self) -> None:
-        """Wait for a background fold, then release the lock file descriptor."""
-        self.wait()
+        """Release the lock file descriptor."""
         self.log.close()
 
     def __repr__(self) -> str:

@@ -156,56 +156,22 @@ class VersionLog:
     def collect(self, keep: int) -> None:
         """Delete every data directory except those of the newest ``keep`` versions (including
         directories no commit names: writers that died before publishing). Inside
-        :meth:`locked`, so no writer of this store is between writing and publishing, except
-        those of :meth:`writing`, whose directories are skipped while their writer lives."""
+        :meth:`locked`, so no writer of this store is between writing and publishing."""
         nums = self.numbers()
-        live: set[str] = set()
-        for k in nums[-max(int(keep), 1):]:
-            meta = self.read(k)
-            # its base and the debits it also names
-            live.update(n for n in (meta["data"], *meta.get("deltas", ())) if n)
+        live = {self.read(k)["data"] for k in nums[-max(int(keep), 1):]}
         for n in os.listdir(self.root):
-            path = os.path.join(self.root, n)
-            if n.startswith("v") and n not in live and os.path.isdir(path):
-                if os.path.exists(path + ".lock") and not _try_remove_lock(path + ".lock"):
-                    continue  # a writer outside the lock is still filling it
-                shutil.rmtree(path, ignore_errors=True)
-            elif n.startswith("v") and n.endswith(".lock") and not os.path.isdir(path[:-5]):
-                _try_remove_lock(path)  # a writer that died before creating its directory
+            if n.startswith("v") and n not in live and os.path.isdir(os.path.join(self.root, n)):
+                shutil.rmtree(os.path.join(self.root, n), ignore_errors=True)
         for n in os.listdir(self._commits):  # temporary commit files of dead writers
             if n.startswith(".tmp-"):
                 os.unlink(os.path.join(self._commits, n))
 
-    @contextmanager
-    def writing(self, k: int) -> Iterator[str]:
-        """A fresh data directory (as :meth:`new_dir`) for a writer that works OUTSIDE
-        :meth:`locked`: an exclusive ``flock`` on ``<dir>.lock`` keeps :meth:`collect` away
-        from it while it is written (the kernel drops the lock if the writer dies, so a dead
-        writer's directory is collected later)."""
-        out = self.new_dir(k)
-        with self.locked():  # collect() runs inside it: it never sees the file unlocked
-            fd = os.open(out + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            yield out
-        finally:
-            os.close(fd)  # releases the flock; the (unpublished or published) lock file stays
-            if os.path.isdir(out):
-                try:
-                    os.unlink(out + ".lock")
-                except FileNotFoundError:
-                    pass
-
     def bytes_of(self, meta: dict[str, Any]) -> int:
-        """Bytes of the data files of a commit (Parquet parts; Spark's checksums excluded),
-        including the data directories it names besides ``data``."""
+        """Bytes of the data files of a commit (Parquet parts; Spark's checksums excluded)."""
         total = 0
-        for name in (meta["data"], *meta.get("deltas", ())):
-            if not name:
-                continue
-            for dirpath, _dirs, files in os.walk(os.path.join(self.root, name)):
-                total += sum(os.path.getsize(os.path.join(dirpath, n)) for n in files
-                             if not n.endswith(".crc"))
+        for dirpath, _dirs, files in os.walk(self.data_path(meta)):
+            total += sum(os.path.getsize(os.path.join(dirpath, n)) for n in files
+                         if not n.endswith(".crc"))
         return total
 
     def close(self) -> None:
@@ -213,25 +179,6 @@ class VersionLog:
         if self._fd is not None and self._pid == os.getpid():
             os.close(self._fd)
         self._fd = None
-
-
-def _try_remove_lock(path: str) -> bool:
-    """Remove a writer's lock file if no live writer holds it; False if one does."""
-    try:
-        fd = os.open(path, os.O_RDWR)
-    except FileNotFoundError:
-        return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return False
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    os.close(fd)
-    return True
 
 
 def _fsync_path(path: str) -> None:

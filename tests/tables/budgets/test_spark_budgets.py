@@ -42,13 +42,17 @@ def _people(spark, store, budgets, mult=None, ids=None):
     return store.attach(rel, "b", id_column="id")
 
 
-def _check_reference(spark, path, budgets, data, sparse_ids, max_queries=3, **options):
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(budgets=st.lists(st.sampled_from([0.0, 0.1, 0.25, 0.3, 1.0]), min_size=1, max_size=6),
+       data=st.data(), sparse_ids=st.booleans())
+def test_pay_matches_the_reference_rule(spark, tmp_path_factory, budgets, data, sparse_ids):
     n = len(budgets)
     mult = data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))
+    path = tmp_path_factory.mktemp("sref") / "store"
     ids = (np.random.default_rng(n).permutation(n) * 7 + 3) if sparse_ids else np.arange(n)
-    rel, table = _people(spark, SparkBudgetTable(path, **options), budgets, mult, ids)
+    rel, table = _people(spark, SparkBudgetTable(path), budgets, mult, ids)
     queries, answers = [], []
-    for _q in range(data.draw(st.integers(1, max_queries))):
+    for _q in range(data.draw(st.integers(1, 3))):
         eps = data.draw(st.sampled_from([0.05, 0.1, 0.25]))
         lo = data.draw(st.integers(0, n - 1))
         flat = data.draw(st.booleans())
@@ -64,38 +68,12 @@ def _check_reference(spark, path, budgets, data, sparse_ids, max_queries=3, **op
         eligible.known_count = None  # and counted again by Spark over the semi-join
         assert eligible.count() == known
         answers.append(known)
-    table.wait()
     ref_answers, ref_left, ref_payers = _reference(budgets, queries)
     assert answers == ref_answers
     assert list(table.remaining(ids)) == pytest.approx(ref_left, abs=1e-9)
     again = SparkBudgetTable(path, session=spark)  # a new handle reads the committed version
     assert list(again.remaining(ids)) == pytest.approx(ref_left, abs=1e-9)
     assert [q[2] for q in again.queries()] == ref_payers
-    return table
-
-
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(budgets=st.lists(st.sampled_from([0.0, 0.1, 0.25, 0.3, 1.0]), min_size=1, max_size=6),
-       data=st.data(), sparse_ids=st.booleans())
-def test_pay_matches_the_reference_rule(spark, tmp_path_factory, budgets, data, sparse_ids):
-    _check_reference(spark, tmp_path_factory.mktemp("sref") / "store", budgets, data, sparse_ids)
-
-
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(budgets=st.lists(st.sampled_from([0.0, 0.1, 0.25, 0.3, 1.0]), min_size=2, max_size=7),
-       data=st.data(), sparse_ids=st.booleans(), fold_every=st.integers(1, 3))
-def test_the_reference_rule_holds_across_buckets_and_folds(spark, tmp_path_factory, budgets,
-                                                           data, sparse_ids, fold_every):
-    """People spread over 3 buckets, debits folded into the base every 1-3 queries (in the
-    query's call): the answers and budgets are Fig. 3's, before and after the folds."""
-    path = tmp_path_factory.mktemp("sfold") / "store"
-    table = _check_reference(spark, path, budgets, data, sparse_ids, max_queries=4, buckets=3,
-                             fold_every=fold_every, fold_in_background=False)
-    kinds = [table.log.read(k)["kind"] for k in table.log.numbers()]
-    charges = kinds.count("charge")
-    assert kinds.count("fold") == charges // fold_every  # every fold_every-th query folds
-    meta = table.log.latest()[1]
-    assert len(meta["deltas"]) == charges % fold_every and meta["buckets"] == 3
 
 
 def test_element_costs_charge_like_the_duckdb_store(spark, tmp_path):
@@ -202,12 +180,8 @@ def test_old_versions_and_dead_writers_directories_are_collected(spark, tmp_path
     for _q in range(4):
         table.pay(rel, 0.1)
     dirs = sorted(p.name for p in root.iterdir() if p.name.startswith("v"))
-    assert "v99-deadwriter" not in dirs
-    kept = set()  # the base and the unfolded debits of the newest 2 versions, nothing else
-    for k in table.log.numbers()[-2:]:
-        m = table.log.read(k)
-        kept |= {m["data"], *m["deltas"]}
-    assert kept == set(dirs) and len(dirs) == 5
+    assert len(dirs) == 2 and "v99-deadwriter" not in dirs
+    assert {table.log.read(k)["data"] for k in table.log.numbers()[-2:]} == set(dirs)
     assert list(table.remaining(range(3))) == pytest.approx([0.6] * 3)
     assert table.storage_bytes() > 0
 
@@ -230,121 +204,6 @@ def test_a_kill_between_write_and_commit_leaves_the_budgets_uncharged(spark, tmp
     assert [q[0] for q in again.queries()] == [1]
     assert again.pay(rel.where(_.k < 2), 0.5).count() == 2  # the next charge is query 2
     assert [q[0] for q in again.queries()] == [1, 2]
-
-
-def test_the_base_is_bucketed_and_queries_only_append_debits(spark, tmp_path):
-    root = tmp_path / "b"
-    rel, table = _people(spark, SparkBudgetTable(root, buckets=4, fold_every=3,
-                                                 fold_in_background=False), [1.0] * 40)
-    base = table.log.latest()[1]["data"]
-    parts = sorted(p.name for p in (root / base).iterdir() if p.name.startswith("b="))
-    assert parts == ["b=0", "b=1", "b=2", "b=3"]  # 40 ids spread over the 4 buckets
-    sel = rel.where(_.k % 5 == 0)  # 8 people, in several buckets
-    for q in range(2):
-        assert table.pay(sel, 0.25).count() == 8
-        meta = table.log.latest()[1]
-        assert meta["data"] == base and len(meta["deltas"]) == q + 1  # the base is not rewritten
-    left = table.remaining(range(40))
-    assert list(left) == pytest.approx([0.5 if i % 5 == 0 else 1.0 for i in range(40)])
-    assert table.pay(sel, 0.25).count() == 8  # the third query folds
-    meta = table.log.latest()[1]
-    assert meta["kind"] == "fold" and meta["data"] != base and meta["deltas"] == []
-    assert list(table.remaining(range(40))) == pytest.approx(
-        [0.25 if i % 5 == 0 else 1.0 for i in range(40)])
-    assert table.pay(sel, 0.5).count() == 0  # nobody selected can pay 0.5 any more
-    assert table.pay(rel.where(_.k < 3), 0.5).count() == 2  # ids 1 and 2 can
-    assert list(table.remaining(range(4))) == pytest.approx([0.25, 0.5, 0.5, 1.0])
-
-
-def test_a_crash_between_the_debits_commit_and_the_fold_loses_nothing(spark, tmp_path,
-                                                                      monkeypatch):
-    root = tmp_path / "f"
-    rel, table = _people(spark, SparkBudgetTable(root, buckets=2, fold_every=100), [1.0] * 6)
-    for _q in range(3):
-        table.pay(rel.where(_.k < 4), 0.2)
-
-    def die(k, meta):
-        raise KeyboardInterrupt  # the fold wrote its base and dies before its commit
-
-    monkeypatch.setattr(table.log, "publish", die)
-    with pytest.raises(KeyboardInterrupt):
-        table.fold()
-    monkeypatch.undo()
-    again = SparkBudgetTable(root, buckets=2, fold_every=100)
-    assert len(again.log.latest()[1]["deltas"]) == 3  # the debits are still the unfolded ones
-    want = [0.4] * 4 + [1.0] * 2
-    assert list(again.remaining(range(6))) == pytest.approx(want)
-    assert again.fold() and again.log.latest()[1]["deltas"] == []
-    assert list(again.remaining(range(6))) == pytest.approx(want)  # folded once, not twice
-    assert not again.fold()  # nothing left to fold
-    live = again.log.latest()[1]["data"]
-    again.pay(rel, 0.1)
-    again.pay(rel, 0.1)
-    again.pay(rel, 0.1)  # the dead fold's directory is collected with the old versions
-    dirs = {p.name for p in root.iterdir() if p.name.startswith("v") and p.is_dir()}
-    kept = set()
-    for k in again.log.numbers()[-again.keep_versions:]:
-        m = again.log.read(k)
-        kept |= {m["data"], *m["deltas"]}
-    assert dirs == kept and live in dirs
-    assert list(again.remaining(range(6))) == pytest.approx([0.1] * 4 + [0.7] * 2)
-
-
-def test_queries_committed_during_a_fold_stay_unfolded(spark, tmp_path, monkeypatch):
-    root = tmp_path / "r"
-    rel, table = _people(spark, SparkBudgetTable(root, buckets=3, fold_every=100), [1.0] * 5)
-    table.pay(rel, 0.1)
-    table.pay(rel.where(_.k < 2), 0.2)
-    orig = table._write_base
-    during = []
-
-    def write_and_charge(out, frame, nb):
-        orig(out, frame, nb)
-        if not during:  # another query commits while the fold writes (outside the lock)
-            during.append(table.pay(rel.where(_.k >= 3), 0.3).count())
-
-    monkeypatch.setattr(table, "_write_base", write_and_charge)
-    assert table.fold()
-    monkeypatch.undo()
-    meta = table.log.latest()[1]
-    assert during == [2] and meta["kind"] == "fold" and len(meta["deltas"]) == 1
-    assert list(table.remaining(range(5))) == pytest.approx([0.7, 0.7, 0.9, 0.6, 0.6])
-    assert table.fold() and list(table.remaining(range(5))) == pytest.approx(
-        [0.7, 0.7, 0.9, 0.6, 0.6])
-
-
-def test_folds_run_in_the_background_after_the_commit(spark, tmp_path):
-    rel, table = _people(spark, SparkBudgetTable(tmp_path / "bg", buckets=2, fold_every=2),
-                         [1.0] * 4)
-    for _q in range(5):
-        assert table.pay(rel, 0.1).count() == 4
-    table.wait()
-    assert table.fold_error is None
-    kinds = [table.log.read(k)["kind"] for k in table.log.numbers()]
-    assert "fold" in kinds and kinds.count("charge") == 5
-    table.fold()
-    assert table.log.latest()[1]["deltas"] == []
-    assert list(table.remaining(range(4))) == pytest.approx([0.5] * 4)
-    assert [q[0] for q in table.queries()][-1] == 5
-
-
-def test_a_store_of_the_layout_without_buckets_is_read_charged_and_folded(spark, tmp_path):
-    root = tmp_path / "old"
-    table = SparkBudgetTable(root, fold_every=2, fold_in_background=False)
-    out = table.log.new_dir(1)  # one row per person with a paid column, as stores used to be
-    spark.createDataFrame(pd.DataFrame({"id": np.arange(4), "initial": [10**9] * 4,
-                                        "remaining": [10**9, 5 * 10**8, 10**8, 0],
-                                        "paid": [False] * 4})).write.parquet(out)
-    assert table.log.publish(1, {"kind": "register", "added": 4, "next_query": 1,
-                                 "data": os.path.basename(out)})
-    assert list(table.remaining(range(4))) == pytest.approx([1.0, 0.5, 0.1, 0.0])
-    rel, _ = _people(spark, table, [1.0] * 4)  # known ids keep their budgets
-    assert table.pay(rel, 0.3).count() == 2
-    assert list(table.remaining(range(4))) == pytest.approx([0.7, 0.2, 0.1, 0.0])
-    assert table.pay(rel, 0.3).count() == 1  # and this one folds into a bucketed base
-    meta = table.log.latest()[1]
-    assert meta["kind"] == "fold" and meta["layout"] == "bucketed-debits"
-    assert list(table.remaining(range(4))) == pytest.approx([0.4, 0.2, 0.1, 0.0])
 
 
 @pytest.mark.slow
