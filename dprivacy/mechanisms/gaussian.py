@@ -51,8 +51,8 @@ class DXGaussian:
     >>> U = dp.Universe.from_points(np.array([[0.0], [1.0], [3.0]]))
     >>> W, M = dp.Workload([[0.0, 1.0, 2.0]]), dp.metrics.Euclidean(1.0)
     >>> mech = dp.DXGaussian(W, dp.design(W, U, M, noise="gaussian", rho=0.5), universe=U, metric=M)
-    >>> round(float(mech.design.sigma[0]), 6)   # max_ij (F_i - F_j)^2 / eps_ij = 1: sigma = 1
-    1.0
+    >>> round(float(mech.design.sigma[0]), 6)   # pair (0, 3): 2^2 / 3 = 4/3 (not an edge): sigma^2 = 4/3
+    1.154701
     >>> mech.release(np.array([5, 3, 2]), rng=0, secure=False).shape
     (1,)
     """
