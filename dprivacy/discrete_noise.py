@@ -309,16 +309,23 @@ def add_integer_noise(values: np.ndarray, noise: np.ndarray) -> np.ndarray:
                     dtype=float).reshape(v.shape)
 
 
-def add_discrete_laplace(values: object, scale: object, *, rng: Rng = None,
-                         secure: bool = True) -> np.ndarray:
-    """Release ``values + Z`` with Z discrete Laplace of ``scale`` (values: integers)."""
+def integer_values(values: object, noise: str) -> np.ndarray:
+    """``values`` as int64, refused unless every value is an integer (``noise`` names the noise
+    in the message)."""
     try:
         v = np.asarray(values)
         vi = v.astype(np.int64)
     except (TypeError, ValueError, OverflowError) as exc:
         raise ValidationError(f"values = {values!r}: expected integers") from exc
     if not np.array_equal(vi, v):
-        raise ValidationError("values must be integers for discrete Laplace noise")
+        raise ValidationError(f"values must be integers for {noise} noise")
+    return vi
+
+
+def add_discrete_laplace(values: object, scale: object, *, rng: Rng = None,
+                         secure: bool = True) -> np.ndarray:
+    """Release ``values + Z`` with Z discrete Laplace of ``scale`` (values: integers)."""
+    vi = integer_values(values, "discrete Laplace")
     return add_integer_noise(vi, discrete_laplace(scale, vi.shape, rng=rng, secure=secure))
 
 

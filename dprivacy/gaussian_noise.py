@@ -39,7 +39,14 @@ from typing import Any
 import numpy as np
 import opendp.prelude as odp
 
-from dprivacy.discrete_noise import Bytes, add_integer_noise, discrete_laplace, numpy_bytes, os_bytes
+from dprivacy.discrete_noise import (
+    Bytes,
+    add_integer_noise,
+    discrete_laplace,
+    integer_values,
+    numpy_bytes,
+    os_bytes,
+)
 from dprivacy.errors import ValidationError
 from dprivacy.noise import Rng, _fast_rng, _opendp_contrib, resolve_rng
 
@@ -163,13 +170,7 @@ def add_discrete_gaussian(values: Any, sigma: Any, *, rng: Rng = None,
                           secure: bool = True) -> np.ndarray:
     """Release ``values + Z``, Z exact discrete Gaussian of ``sigma`` (values: integers; the sum
     is exact integer arithmetic, returned as floats)."""
-    try:
-        v = np.asarray(values)
-        vi = v.astype(np.int64)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise ValidationError(f"values = {values!r}: expected integers") from exc
-    if not np.array_equal(vi, v):
-        raise ValidationError("values must be integers for discrete Gaussian noise")
+    vi = integer_values(values, "discrete Gaussian")
     return add_integer_noise(vi, discrete_gaussian(sigma, vi.shape, rng=rng, secure=secure))
 
 

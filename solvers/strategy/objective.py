@@ -11,6 +11,7 @@ The gradient is ``-2 C P Y`` with ``Y = X^{-1} G X^{-1}`` (Y 1 = 0, so P Y = Y).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.linalg as sla
@@ -42,15 +43,22 @@ class Objective:
     G: np.ndarray
     centre: bool
 
-    def value_grad(self, C: np.ndarray) -> tuple[float, np.ndarray]:
-        """(f(C), df/dC); f = inf and a zero gradient when X is singular."""
+    def _factor(self, C: np.ndarray) -> tuple[np.ndarray, Any]:
+        """(the centred strategy, the Cholesky factor of X = C'C (+ 11'/N centred), or None when
+        X is singular)."""
         Cc = centred(C) if self.centre else C
         X = Cc.T @ Cc
         if self.centre:
             X += 1.0 / X.shape[0]
         try:
-            fac = sla.cho_factor(X, check_finite=False)
+            return Cc, sla.cho_factor(X, check_finite=False)
         except (np.linalg.LinAlgError, ValueError):
+            return Cc, None
+
+    def value_grad(self, C: np.ndarray) -> tuple[float, np.ndarray]:
+        """(f(C), df/dC); f = inf and a zero gradient when X is singular."""
+        Cc, fac = self._factor(C)
+        if fac is None:
             return float("inf"), np.zeros_like(C)
         XiG = sla.cho_solve(fac, self.G, check_finite=False)
         f = float(np.trace(XiG))
@@ -62,13 +70,8 @@ class Objective:
     def value(self, C: np.ndarray) -> float:
         """f(C) alone: one Cholesky factorisation and one solve (the gradient's second solve,
         as costly as the first, is skipped; inf when X is singular)."""
-        Cc = centred(C) if self.centre else C
-        X = Cc.T @ Cc
-        if self.centre:
-            X += 1.0 / X.shape[0]
-        try:
-            fac = sla.cho_factor(X, check_finite=False)
-        except (np.linalg.LinAlgError, ValueError):
+        fac = self._factor(C)[1]
+        if fac is None:
             return float("inf")
         f = float(np.trace(sla.cho_solve(fac, self.G, check_finite=False)))
         return f if np.isfinite(f) and f >= 0 else float("inf")
