@@ -105,3 +105,51 @@ def test_a_strategy_over_budget_is_refused_before_any_charge(design):
     with pytest.raises(PrivacyViolationError):
         t.release(W, bad, U, metric=M)
     assert t.remaining_budget() == 10.0
+
+
+def _strategy_config(design) -> object:
+    """The design as an analyst sends it: a strategy MechanismConfig, re-loaded and re-verified
+    against the universe and metric (as the service does)."""
+    from dprivacy.config import MechanismConfig
+
+    text = MechanismConfig.from_design(W, U, M, design).to_json()
+    return MechanismConfig.loads(text, U, M, W).design()
+
+
+@pytest.mark.slow
+def test_a_strategy_config_on_spark_pinq_and_proper_tables(design, spark, tmp_path):
+    """PINQ and ProPer tables on Spark (budgets in the cluster's store): the in-process
+    mechanism's release for the same seed, and per-record charges ||A e_i||_1 + total_eps."""
+    from dprivacy.tables.budgets.spark_budgets import SparkBudgetTable
+
+    sd = _strategy_config(design)
+    c = _costs(design)
+    t = Queryable(spark.createDataFrame(_records()), budget=100.0, noise_seed=5, backend="spark")
+    y = t.release(W, sd, U, metric=M)
+    assert t.remaining_budget() == pytest.approx(100.0 - 2 * c.max())
+    x = np.array([2, 0, 0, 1, 0, 0, 0, 3])
+    assert y == pytest.approx(_expected(design, x, 5, float(c.max())), rel=1e-9, abs=1e-9)
+
+    total_eps = 0.25
+    need = c + total_eps
+    el = {f"p{i}": i for i in range(8)}
+    budgets = [need[0] + 0.1, need[0] - 1e-6, need[3] + 1e-6, need[7] * 0.5, need[7] + 1, 5.0, 0.0]
+    store = SparkBudgetTable(tmp_path / "budgets", session=spark)
+    p = ProPerTable(spark.createDataFrame(_records().assign(budget=budgets)), budget="budget",
+                    ledger=store, id_column="pid", noise_seed=2, backend="spark")
+    y = p.release(W, sd, U, metric=M, total_eps=total_eps)
+    paid = [True, False, True, False, True, False, False]
+    want = [b - need[el[n]] if ok else b for b, n, ok in
+            zip(budgets, _records()["name"].replace({"elsewhere": "p0"}), paid, strict=True)]
+    assert list(store.remaining(np.arange(7))) == pytest.approx(want, abs=1e-8)
+    # one committed charge, paid by the three people who could
+    (q, _label, payers, total), = store.queries()
+    assert payers == 3 and total == pytest.approx(need[0] + need[3] + need[7], abs=1e-8)
+    assert y == pytest.approx(_expected(design, np.array([1, 0, 0, 1, 0, 0, 0, 1]), 2, total_eps),
+                              rel=1e-9, abs=1e-9)
+    # a tampered strategy is refused before anything is written to the store
+    bad = dp.StrategyDesign(W, design.C * 2, design.basis, None, None)
+    versions = store.log.numbers()
+    with pytest.raises(PrivacyViolationError):
+        p.release(W, bad, U, metric=M)
+    assert store.log.numbers() == versions
