@@ -43,8 +43,12 @@ if TYPE_CHECKING:
 KINDS = ("ranges", "prefixes", "rectangles")
 #: Largest m * N that :meth:`ImplicitWorkload.to_workload` materialises.
 MATERIALISE_LIMIT = 50_000_000
-#: Largest N: the Gram matrix and the estimate's covariance are dense N x N (512 MB at 8192).
+#: Largest N of ranges and prefixes: their Gram matrix and the estimate's covariance are dense
+#: N x N (512 MB at 8192); also the largest N whose rectangles get a dense Gram matrix.
 MAX_N = 8192
+#: Largest N of rectangles: beyond MAX_N they are designed, checked and answered from per-axis
+#: matrices only (a Kronecker strategy, :mod:`solvers.strategy.kron`); 512 x 512 cells.
+MAX_GRID_N = 2**18
 
 
 def as_workload(workload: Any) -> Workload | ImplicitWorkload:
@@ -89,9 +93,12 @@ class ImplicitWorkload:
                                         not isinstance(d, bool | np.bool_) and d >= 1 for d in dims):
             raise ShapeError(f"{self.kind} need {want} positive integer size(s), got {self.shape_!r}")
         dims = tuple(int(d) for d in dims)
-        if math.prod(dims) > MAX_N:
-            raise ShapeError(f"{self.kind} over {math.prod(dims)} elements: at most {MAX_N} (the "
-                             "strategy's Gram and covariance matrices are dense N x N)")
+        limit = MAX_GRID_N if self.kind == "rectangles" else MAX_N
+        if math.prod(dims) > limit:
+            raise ShapeError(f"{self.kind} over {math.prod(dims)} elements: at most {limit} (the "
+                             "strategy's Gram and covariance matrices are dense N x N"
+                             + (")" if self.kind != "rectangles" else
+                                ", or per-axis n x n for a Kronecker strategy)"))
         object.__setattr__(self, "shape_", dims)
 
     @classmethod
@@ -131,6 +138,21 @@ class ImplicitWorkload:
         """sha256 of the kind and the sizes (the queries are determined by them)."""
         return Hasher("implicit-workload").add(self.kind).add(repr(self.shape_)).hexdigest()
 
+    def query_name(self, k: int) -> str:
+        """The name of query k (as in :meth:`query_names`, without listing all m)."""
+        k = int(k)
+        if not 0 <= k < self.m:
+            raise ShapeError(f"query {k} of {self.m}")
+        if self.kind == "prefixes":
+            return f"[0,{k}]"
+        if self.kind == "ranges":
+            a, b = _range_ends(self.N)
+            return f"[{a[k]},{b[k]}]"
+        a, b = _range_ends(self.shape_[0])
+        c, d = _range_ends(self.shape_[1])
+        i, j = divmod(k, c.size)
+        return f"[{a[i]},{b[i]}]x[{c[j]},{d[j]}]"
+
     def query_names(self) -> list[str]:
         """``[a,b]`` per range or prefix, ``[x0,x1]x[y0,y1]`` per rectangle, in query order."""
         if self.kind == "prefixes":
@@ -144,12 +166,22 @@ class ImplicitWorkload:
 
     # -------------------------------------------------------------- the maths
     def gram(self) -> np.ndarray:
-        """F'F (N x N) in closed form."""
+        """F'F (N x N) in closed form (rectangles: up to :data:`MAX_N` cells; beyond,
+        :meth:`axis_grams`)."""
+        if self.N > MAX_N:
+            raise ShapeError(f"the Gram matrix of {self!r} would be dense {self.N} x {self.N}; "
+                             "use axis_grams() (its Kronecker factors)")
         if self.kind == "ranges":
             return gram_forms.range_gram(self.N)
         if self.kind == "prefixes":
             return gram_forms.prefix_gram(self.N)
         return gram_forms.rectangle_gram(*self.shape_)
+
+    def axis_grams(self) -> tuple[np.ndarray, np.ndarray]:
+        """Rectangles: the Gram matrices of all ranges of each axis, ``F'F = G_x (x) G_y``."""
+        if self.kind != "rectangles":
+            raise ValidationError(f"axis_grams is for rectangles, not {self.kind}")
+        return gram_forms.range_gram(self.shape_[0]), gram_forms.range_gram(self.shape_[1])
 
     def answer(self, x: np.ndarray) -> np.ndarray:
         """F x (shape (m,)) without F: differences of prefix sums of x."""

@@ -91,8 +91,10 @@ def summary_text(W: Any, U: Universe, M: Metric, d: Any, *,  # noqa: N803
     deviation (every row with ``all_rows``)."""
     import pandas as pd
 
-    names = W.query_names()
     head = f"universe N = {U.N}, metric {M!r}, m = {W.m} queries"
+    if getattr(d, "is_kron", False):
+        return _kron_text(W, d, head)
+    names = W.query_names()
     if getattr(d, "method", "") == "strategy" or hasattr(d, "basis"):
         var = np.asarray(d.query_variances(), dtype=float)
         std = np.sqrt(np.maximum(var, 0.0))
@@ -133,6 +135,43 @@ def summary_text(W: Any, U: Universe, M: Metric, d: Any, *,  # noqa: N803
         row_noise = "N(0, 1)" if getattr(d, "noise", "laplace") == "gaussian" else "Lap(1)"
         lines.append("(std: standard deviation of each least-squares answer; the noise of each "
                      f"measurement is {row_noise})")
+    return "\n".join(lines)
+
+
+def _kron_text(W: Any, d: Any, head: str) -> str:  # noqa: N803
+    """The report of a Kronecker strategy: the same lines, from the per-axis factors (the m
+    per-query variances are scanned a block at a time, the names of the worst few only)."""
+    from dprivacy.mechanisms.kron_strategy import kron_report
+
+    r = kron_report(W, d)
+    lines = [head,
+             f"design: method strategy, {d.p} noisy measurements (a Kronecker product "
+             f"{d.C.Bx.shape[0]} x {d.C.By.shape[0]} of per-axis strategies) answer the {W.m} "
+             f"queries by least squares ({d.report.get('start', '?')} start), max privacy ratio "
+             f"{d.max_ratio:.9f} (<= 1 is private; a proved upper bound over every pair)"]
+    total = float(r["total"])
+    line = (f"expected total squared error {total:.6g} (RMSE {np.sqrt(total / W.m):.6g} per "
+            "query)")
+    if d.lower_bound is not None and d.lower_bound > 0:
+        line += (f"; certified lower bound {d.lower_bound:.6g} (no strategy does better), gap "
+                 f"{100 * (total / d.lower_bound - 1.0):.3g} %")
+    lines.append(line)
+    ident = d.report.get("identity_error")
+    if ident:
+        lines.append(f"each cell measured once instead: expected total squared error "
+                     f"{float(ident):.6g} ({float(ident) / total:.3g} x this strategy's)")
+    if r["exact"]:
+        lines.append(f"warning: {r['exact']} of {W.m} queries (e.g. the whole grid, the total "
+                     "count) are released EXACTLY, with no noise: their answer never changes "
+                     "when a record moves; d_X-privacy hides where a record is, not how many "
+                     "records there are")
+    lines.append(f"the {len(r['worst'])} worst of {W.m} queries (largest standard deviation; "
+                 "--all-rows is not available for a Kronecker strategy):")
+    width = max(len(n) for n, _ in r["worst"])
+    lines.append(f"{'query':>{width}}  std")
+    lines += [f"{n:>{width}}  {np.sqrt(v):.4g}" for n, v in r["worst"]]
+    lines.append("(std: standard deviation of each least-squares answer; the noise of each "
+                 "measurement is Lap(1))")
     return "\n".join(lines)
 
 

@@ -27,6 +27,7 @@ from dprivacy.design import PRIVACY_RTOL, Design, call_solver
 from dprivacy.errors import PrivacyViolationError, ShapeError, ValidationError
 from dprivacy.gaussian_design import check_rho, pair_constraint_set
 from dprivacy.implicit_workload import ImplicitWorkload, as_workload
+from dprivacy.mechanisms import kron_strategy as ks
 from dprivacy.mechanisms._release import charge_release, setup_accounting
 from dprivacy.mechanisms.gaussian_strategy_design import solve_gaussian_strategy
 from dprivacy.universe import check_histogram
@@ -35,6 +36,7 @@ from solvers.errors import SolverError
 from solvers.strategy.basis import Mat, is_sparse
 from solvers.strategy.estimate import estimate_map
 from solvers.strategy.implicit import basis_gram
+from solvers.strategy.kron import KronEstimator, KronGrid, design_kron, kron_error, kron_ratio
 from solvers.strategy.objective import gram
 
 if TYPE_CHECKING:
@@ -80,6 +82,14 @@ class StrategyDesign:
     #: unit of the metric: ``||A (e_i - e_j)||_2^2 <= 2 rho eps_ij`` on every pair)
     noise: str = "laplace"
     rho: float | None = None
+    #: a Kronecker strategy (``C`` a :class:`~dprivacy.mechanisms.kron_strategy.KronOperator`):
+    #: the grid and budget it was designed and checked for (module kron_strategy)
+    grid: KronGrid | None = field(default=None, repr=False)
+
+    @property
+    def is_kron(self) -> bool:
+        """True for a Kronecker strategy ``A = Bx (x) By`` (large grids; never materialised)."""
+        return isinstance(self.C, ks.KronOperator)
 
     @property
     def m(self) -> int:
@@ -92,32 +102,51 @@ class StrategyDesign:
 
     @property
     def strategy(self) -> np.ndarray:
-        """The scaled (p, N) strategy A (dense)."""
+        """The scaled (p, N) strategy A (dense; a Kronecker strategy only on small grids)."""
+        if self.is_kron:
+            return self.C.dense()
         return st.materialise(self.C, self.basis)
 
     def _maps(self) -> None:
         """Derive the answer (or estimate) map of a design built by hand without it."""
-        if self.M is None and self.X is None:
+        if self.M is None and self.X is None and not self.is_kron:
             self.M, self.o, self.X, self.z = _maps_for(self.workload, self.C, self.basis)
 
     def query_variances(self) -> np.ndarray:
         """Variance of every answer: the diagonal of v F A^+ A^+' F' (shape (m,)), v = 2 for
         Laplace rows, 1 for Gaussian rows."""
+        if self.is_kron:
+            assert isinstance(self.workload, ImplicitWorkload)
+            return ks.kron_query_variances(self.workload, KronEstimator(self.C.Bx, self.C.By))
         self._maps()
         return _variances(self.workload, self.M, self.X, _ROW_VARIANCE[self.noise])
 
     def expected_squared_error(self, x: object = None) -> float:
         """E||answers - F x||^2 = v ||F A^+||_F^2 (unbiased: the same for every histogram x)."""
+        if self.is_kron:
+            return _kron_total(self.workload, self.C)
         return float(np.sum(self.query_variances()))
 
     def answer(self, y: np.ndarray, n: float) -> np.ndarray:
         """Least-squares answers from measurements y and the total n."""
+        if self.is_kron:
+            x_hat = KronEstimator(self.C.Bx, self.C.By).estimate(y, n)
+            return self.workload.answer(x_hat)
         self._maps()
         return _answers(self.workload, self.M, self.o, self.X, self.z, y, n)
 
 
+def _kron_total(W: Workload | ImplicitWorkload, C: ks.KronOperator) -> float:  # noqa: N803
+    """Expected total squared error of a Kronecker strategy on all rectangles (closed form)."""
+    assert isinstance(W, ImplicitWorkload) and W.kind == "rectangles"
+    Gx, Gy = W.axis_grams()  # noqa: N806
+    return float(call_solver(kron_error, C.Bx, C.By, Gx, Gy))
+
+
 def _frozen(C: Mat) -> Mat:
     """A read-only float64 copy of the strategy (CSR when sparse)."""
+    if isinstance(C, ks.KronOperator):
+        return ks.KronOperator(C.Bx, C.By)
     if is_sparse(C):
         S = sp.csr_array(C, dtype=np.float64, copy=True)
         for arr in (S.data, S.indices, S.indptr):
@@ -197,7 +226,8 @@ def _codes(universe: Universe) -> np.ndarray | None:
 
 def design_strategy(workload: Workload | Any, universe: Universe, metric: Metric, *,
                     baseline: Design | None = None, noise: str = "laplace",
-                    rho: float | None = None, **options: Any) -> StrategyDesign:
+                    rho: float | None = None, structure: str = "auto",
+                    **options: Any) -> StrategyDesign:
     """Optimise a strategy mechanism for ``workload`` under ``metric`` on ``universe``.
 
     Parameters
@@ -212,8 +242,13 @@ def design_strategy(workload: Workload | Any, universe: Universe, metric: Metric
         (``A x + N(0, I_p)``, ``rho``-zCDP per unit of the metric: the convex program in
         X = A'A solved to a certified gap, see :mod:`solvers.strategy.gaussian`).
     rho : the zCDP parameter per unit of the metric (Gaussian noise only; required there).
+    structure : "auto" (default), "kronecker" or "dense".  All rectangles of a grid of more than
+        4096 cells get a Kronecker strategy ``A_x (x) A_y`` ("auto"; "kronecker" forces it on
+        any grid): designed, checked and answered from its two factors
+        (:mod:`dprivacy.mechanisms.kron_strategy`; Euclidean metric only).
     **options : passed to :func:`solvers.strategy.optimize_strategy` (``starts``, ``rounds``,
-        ``maxiter``, ``time_limit`` in seconds, ``polish_top``, ``lower_bound``), or for
+        ``maxiter``, ``time_limit`` in seconds, ``polish_top``, ``lower_bound``; a Kronecker
+        design takes ``time_limit`` and ``lower_bound``), or for
         Gaussian noise to
         :func:`solvers.strategy.gaussian_design.optimize_gaussian_strategy` (``tol``, the
         certified relative gap at which to stop, ``time_limit``, ``max_iter``, ``threads``).
@@ -233,6 +268,17 @@ def design_strategy(workload: Workload | Any, universe: Universe, metric: Metric
     """
     W = as_workload(workload)
     W.check_universe(universe)
+    if structure not in ("auto", "kronecker", "dense"):
+        raise ValidationError(f"structure = {structure!r}: choose 'auto', 'kronecker' or 'dense'")
+    rect = isinstance(W, ImplicitWorkload) and W.kind == "rectangles"
+    if structure == "kronecker" and not rect:
+        raise ValidationError("a Kronecker strategy is for all rectangles of a grid "
+                              "(ImplicitWorkload.all_rectangles)")
+    if rect and (structure == "kronecker" or (structure == "auto" and W.N > ks.KRON_MIN_N)):
+        if noise != "laplace" or rho is not None or baseline is not None:
+            raise ValidationError("a Kronecker strategy takes Laplace noise and no baseline")
+        assert isinstance(W, ImplicitWorkload)
+        return _design_kron(W, universe, metric, **options)
     if noise == "gaussian":
         if baseline is not None:
             raise ValidationError("a Gaussian strategy is optimised from its dual; it takes no "
@@ -278,6 +324,18 @@ def design_strategy(workload: Workload | Any, universe: Universe, metric: Metric
                           report, cs, X=res.X, z=res.z)
 
 
+def _design_kron(W: ImplicitWorkload, universe: Universe, metric: Metric, *,  # noqa: N803
+                 time_limit: float = 600.0, lower_bound: bool = True) -> StrategyDesign:
+    """A Kronecker strategy for all rectangles (module kron_strategy)."""
+    grid = ks.kron_grid(universe, metric)
+    Gx, Gy = W.axis_grams()  # noqa: N806
+    res = call_solver(design_kron, Gx, Gy, grid, time_limit=time_limit, lower_bound=lower_bound)
+    report = {**res.report, "metric": repr(metric), "identity_error": res.identity_error}
+    C = ks.KronOperator(res.Bx, res.By)
+    return StrategyDesign(W, C, st.Basis.identity(W.N), None, None, res.max_ratio,
+                          res.lower_bound, report, None, grid=grid)
+
+
 class StrategyMechanism:
     """Release ``A x + Lap(1)^p`` and answer the workload by least squares.
 
@@ -312,6 +370,9 @@ class StrategyMechanism:
             raise ValidationError(f"unknown noise {design.noise!r} of the strategy design")
         gaussian = design.noise == "gaussian"
         rho = check_rho(design.rho, "the design's rho") if gaussian else 1.0
+        if design.is_kron:
+            self._init_kron(W, design, universe, metric)
+            return
         if design.basis.N != W.N:
             raise ShapeError(f"the strategy has N = {design.basis.N}, the workload N = {W.N}")
         if (universe is None) != (metric is None):
@@ -359,12 +420,64 @@ class StrategyMechanism:
         self.release_notion = "zcdp" if gaussian else "pure"
         setup_accounting(self, universe, metric, scale=rho if gaussian else 1.0)
 
+    def _init_kron(self, W: Workload | ImplicitWorkload, design: StrategyDesign,  # noqa: N803
+                   universe: Universe | None, metric: Metric | None) -> None:
+        """A Kronecker strategy: checked by the structured bound of its factors against the grid
+        of ``universe`` + ``metric`` (else the grid the design carries), answered by the
+        per-axis estimate (module kron_strategy); never an N x N matrix."""
+        if design.noise != "laplace":
+            raise ValidationError("a Kronecker strategy is released with Laplace noise")
+        if not (isinstance(W, ImplicitWorkload) and W.kind == "rectangles"):
+            raise ValidationError("a Kronecker strategy answers all rectangles of a grid "
+                                  "(ImplicitWorkload.all_rectangles)")
+        if (universe is None) != (metric is None):
+            raise ValidationError("give both universe and metric, or neither")
+        if universe is not None:
+            assert metric is not None
+            W.check_universe(universe)
+            grid = ks.kron_grid(universe, metric)
+        elif design.grid is not None:
+            grid = design.grid
+        else:
+            raise PrivacyViolationError("no grid to check the Kronecker strategy against: pass "
+                                        "universe= and metric=")
+        C = _frozen(design.C)
+        if C.shape[1] != W.N or grid.shape != W.shape_:
+            raise ShapeError(f"the strategy has N = {C.shape[1]} over a {grid.shape} grid, the "
+                             f"workload N = {W.N} over {W.shape_}")
+        ratio, where = call_solver(kron_ratio, C.Bx, C.By, grid)
+        if not ratio <= 1 + PRIVACY_RTOL:
+            raise PrivacyViolationError(
+                f"privacy condition broken: the bound on ||A (e_i - e_j)||_1 / eps_ij of the "
+                f"Kronecker strategy is {ratio:.9g} at coordinate differences {where} (allowed "
+                f"1 + {PRIVACY_RTOL:g}); scale the strategy down")
+        self._kron = call_solver(KronEstimator, C.Bx, C.By)
+        self.M = self.o = self.X = self.z = None
+        self.workload = W
+        self.design = StrategyDesign(W, C, st.Basis.identity(W.N), None, None, float(ratio),
+                                     design.lower_bound, dict(design.report), None, design.method,
+                                     grid=grid)
+        self.constraints = None
+        self.max_ratio_ = float(ratio)
+        self.release_notion = "pure"
+        setup_accounting(self, universe, metric)
+
+    _kron: KronEstimator | None = None
+    #: the constraint set the strategy was checked against (None: a Kronecker strategy, checked
+    #: against its grid by the structured bound)
+    constraints: ConstraintSet | None
+
     def query_variances(self) -> np.ndarray:
         """Variance of every answer (shape (m,))."""
+        if self._kron is not None:
+            assert isinstance(self.workload, ImplicitWorkload)
+            return ks.kron_query_variances(self.workload, self._kron)
         return _variances(self.workload, self.M, self.X, _ROW_VARIANCE[self.design.noise])
 
     def expected_squared_error(self, x: object = None) -> float:
         """E||answers - F x||^2 = 2 ||F A^+||_F^2 (the same for every x)."""
+        if self._kron is not None:
+            return _kron_total(self.workload, self.design.C)
         return float(np.sum(self.query_variances()))
 
     def release(self, x: Any, rng: Any = None, secure: bool = True, *,
@@ -378,6 +491,11 @@ class StrategyMechanism:
         """
         arr = check_histogram(x, self.workload.N)
         charge_release(self, accountant)
+        if self._kron is not None:  # y = (Bx (x) By) x + Lap(1): per-axis products only
+            yk = self._kron.measure(arr.astype(float))
+            yk = np.asarray(noise.add_laplace(yk, np.ones(yk.shape), rng=rng, secure=secure),
+                            dtype=np.float64).ravel()
+            return self.workload.answer(self._kron.estimate(yk, float(np.sum(arr))))
         s = self.design.basis.apply(arr.astype(float))  # the mechanism's own checked copies
         y_true = np.asarray(self.design.C @ s, dtype=np.float64).ravel()
         add = gaussian_noise.add_gaussian if self.design.noise == "gaussian" else noise.add_laplace
@@ -395,6 +513,10 @@ def strategy_to_json(design: StrategyDesign) -> dict[str, Any]:
     (CSR arrays) when at most a quarter of its entries are non-zero, else dense row-major."""
     C = design.C
     p, K = C.shape  # noqa: N806
+    if design.is_kron:  # the two factors, dense row-major
+        kron = {"x": {"shape": list(C.Bx.shape), "dense": C.Bx.ravel().tolist()},
+                       "y": {"shape": list(C.By.shape), "dense": C.By.ravel().tolist()}}
+        return {"basis": design.basis.to_json(), "shape": [int(p), int(K)], "kron": kron}
     nnz = sp.csr_array(C).nnz if is_sparse(C) else int(np.count_nonzero(C))
     out: dict[str, Any] = {"basis": design.basis.to_json(), "shape": [int(p), int(K)]}
     if nnz <= 0.25 * p * K:
@@ -419,6 +541,16 @@ def strategy_from_json(doc: Any, workload: Workload | ImplicitWorkload,
         if p < 1 or K != basis.K or basis.N != workload.N:
             raise ValidationError(f"strategy shape {doc['shape']} does not fit a basis of "
                                   f"{basis.K} coordinates over N = {workload.N}")
+        if "kron" in doc:
+            fx, fy = doc["kron"]["x"], doc["kron"]["y"]
+            Bx = np.asarray(fx["dense"], dtype=np.float64).reshape([int(v) for v in fx["shape"]])
+            By = np.asarray(fy["dense"], dtype=np.float64).reshape([int(v) for v in fy["shape"]])
+            if basis.kind != "identity" or (Bx.shape[0] * By.shape[0], Bx.shape[1] * By.shape[1]) \
+                    != (p, K):
+                raise ValidationError(f"Kronecker factors {Bx.shape}, {By.shape} do not make a "
+                                      f"{p} x {K} strategy")
+            return StrategyDesign(workload, ks.KronOperator(Bx, By), basis, None, None,
+                                  report=dict(report or {}), constraints=constraints)
         if "dense" in doc:
             C: Mat = np.asarray(doc["dense"], dtype=np.float64).reshape(p, K)
         else:
