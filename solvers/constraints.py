@@ -193,9 +193,18 @@ class ConstraintSet:
         return self._copy(_index=index, _n=n)
 
     def with_engine(self, engine: object | None) -> ConstraintSet:
-        """The same pairs with an engine for full scans (``engine.map(fn, args)``: e.g.
-        :class:`solvers.distributed.LocalProcesses` or :class:`solvers.distributed.DaskEngine`)."""
+        """The same pairs with an engine for full scans (``engine.scan(...)``: e.g.
+        :class:`solvers.distributed.LocalProcesses` or :class:`solvers.distributed.DaskEngine`);
+        an engine that also offers ``pruned_scan`` / ``pruned_row_lipschitz`` (Dask) runs the
+        branch and bound of an indexed set too. ``with_engine(None)`` is the set without one
+        (what an engine ships to its workers)."""
         return self._copy(_engine=engine)
+
+    def budget_source(self) -> tuple[object, ...]:
+        """The objects the budgets are read from (index, stored matrix or edges, oracle
+        functions): two sets with the same source (``is``) have the same budgets. Engines key
+        the data they ship to workers on it."""
+        return (self._index, self._eps, self._keys, self._block, self._pair)
 
     @property
     def index(self) -> GeometricIndex | None:
@@ -329,8 +338,11 @@ class ConstraintSet:
             raise SolverError(f"agg must be 'sum', 'max' or 'sq', got {agg!r}")
         if self._pruned():
             assert self._index is not None
-            res = pruned.pruned_scan(self._index, A, u, self.pair_eps, self.n_constraints,
-                                     k=k, agg=agg)
+            if self._engine is not None and hasattr(self._engine, "pruned_scan"):
+                res = self._engine.pruned_scan(self, A, u, k=k, agg=agg)
+            else:
+                res = pruned.pruned_scan(self._index, A, u, self.pair_eps, self.n_constraints,
+                                         k=k, agg=agg)
             self._stats.record("pruned", res.pairs_evaluated, tag)
             return res
         part, how = self._run(A, u, k=k, agg=agg, mode="scan", memory_bytes=memory_bytes)
@@ -365,7 +377,11 @@ class ConstraintSet:
         A = as_operand(F, self.N)
         if self._pruned():
             assert self._index is not None
-            c, bi, bj, n_ev = pruned.pruned_row_lipschitz(self._index, A, self.pair_eps, power)
+            if self._engine is not None and hasattr(self._engine, "pruned_row_lipschitz"):
+                c, bi, bj, n_ev = self._engine.pruned_row_lipschitz(self, A, power)
+            else:
+                c, bi, bj, n_ev = pruned.pruned_row_lipschitz(self._index, A, self.pair_eps,
+                                                              power)
             self._stats.record("pruned", n_ev, tag)
             return c, bi, bj
         part, how = self._run(A, None, k=0, agg="sum",

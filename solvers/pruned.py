@@ -263,17 +263,22 @@ def _node_bound(D: np.ndarray, u: np.ndarray, agg: str) -> np.ndarray:
     return num
 
 
+Roots = tuple[int, np.ndarray, np.ndarray]  # (level, node a's, node b's) to start a walk from
+Ranges = tuple[list[np.ndarray], list[np.ndarray]]  # per level, per row min / max of F per node
+
+
 def _traverse(index: GeometricIndex, F: np.ndarray | sp.csc_array,
               keep_fn: Callable[[int, np.ndarray, np.ndarray, np.ndarray], np.ndarray],
-              leaf_fn: Callable[[np.ndarray, np.ndarray], None]) -> int:
+              leaf_fn: Callable[[np.ndarray, np.ndarray], None], *,
+              ranges: Ranges | None = None, roots: Roots | None = None) -> int:
     """Depth-first dual-tree walk; ``keep_fn(level, a, b, D)`` says which node pairs may hold a
     better pair (D = the row bounds D_k(A, B), shape (m, P)); surviving leaf pairs go to
-    ``leaf_fn`` as element pairs. Returns the number of node pairs bounded."""
+    ``leaf_fn`` as element pairs. ``roots``: the node pairs to start from (default: every node
+    pair of level min(L, 3), i.e. all pairs); ``ranges``: ``tree.f_ranges(F)`` if already
+    computed. Returns the number of node pairs bounded."""
     tree = index.tree
-    flo, fhi = tree.f_ranges(F)
-    s = min(tree.L, 3)
-    a0, b0 = np.triu_indices(2**s)
-    stack = [(s, a0.astype(np.int64), b0.astype(np.int64))]
+    flo, fhi = ranges if ranges is not None else tree.f_ranges(F)
+    stack = [roots if roots is not None else root_pairs(index)]
     visited = 0
     while stack:
         lev, a, b = stack.pop()
@@ -295,6 +300,26 @@ def _traverse(index: GeometricIndex, F: np.ndarray | sp.csc_array,
         for c in range(0, ca.size, step):
             stack.append((lev + 1, ca[c:c + step], cb[c:c + step]))
     return visited
+
+
+def root_pairs(index: GeometricIndex, level: int = 3) -> Roots:
+    """Every node pair (a <= b) of level ``min(L, level)``: together they hold every pair."""
+    s = min(index.tree.L, level)
+    a0, b0 = np.triu_indices(2**s)
+    return s, a0.astype(np.int64), b0.astype(np.int64)
+
+
+def split_roots(index: GeometricIndex, n_parts: int) -> list[Roots]:
+    """Cut the node pairs of one level into about ``n_parts`` groups that together hold every
+    pair once (for engines: each group is one independent part of a pruned scan). The level is
+    the first with at least 8 node pairs per part; groups take every n-th pair so that the
+    costly near-diagonal pairs spread over all parts."""
+    n_parts = max(1, int(n_parts))
+    level = 3
+    while level < index.tree.L and 2**level * (2**level + 1) // 2 < 8 * n_parts:
+        level += 1
+    s, a, b = root_pairs(index, level)
+    return [(s, a[g::n_parts], b[g::n_parts]) for g in range(min(n_parts, a.size))]
 
 
 def _batches(i: np.ndarray, j: np.ndarray, m: int):  # noqa: ANN202
@@ -321,31 +346,64 @@ def pruned_scan(index: GeometricIndex, F: np.ndarray | sp.csc_array, u: np.ndarr
     ScanResult equal to the full scan's (the top-k may omit pairs of ratio 0).
     """
     t0 = time.perf_counter()
+    seed, n0 = seed_scan(F, u, pair_eps, *index.neighbour_pairs(), k=k, agg=agg)
+    top, n1, visited = walk_scan(index, F, u, pair_eps, seed, k=k, agg=agg)
+    logger.debug("pruned scan: N=%d m=%d k=%d, %d node pairs, %d of %d pairs exact, %.3f s",
+                 index.N, F.shape[0], k, visited, n0 + n1, n_pairs, time.perf_counter() - t0)
+    return scan_result([top], n_pairs, k, n0 + n1)
+
+
+TopArrays = tuple[np.ndarray, np.ndarray, np.ndarray]  # (i, j, ratio) of a running top k
+
+
+def seed_scan(F: np.ndarray | sp.csc_array, u: np.ndarray, pair_eps: PairEps, i: np.ndarray,
+              j: np.ndarray, *, k: int, agg: str) -> tuple[TopArrays, int]:
+    """The max(k, 1) largest exact ratios among the given pairs (the nearest-neighbour pairs that
+    give a pruned scan its first threshold) and the number of pairs evaluated."""
     ev = _Evaluator(F, pair_eps, u, agg)
     top = TopK(max(int(k), 1))
+    for bi, bj in _batches(i, j, F.shape[0]):
+        top.add(bi, bj, ev.ratios(bi, bj))
+    return top.result(), ev.count
+
+
+def walk_scan(index: GeometricIndex, F: np.ndarray | sp.csc_array, u: np.ndarray,
+              pair_eps: PairEps, seed: TopArrays, *, k: int, agg: str,
+              roots: Roots | None = None, ranges: Ranges | None = None
+              ) -> tuple[TopArrays, int, int]:
+    """The branch and bound of :func:`pruned_scan` from the threshold of ``seed`` (pairs already
+    evaluated) over the node pairs ``roots`` (default all): the max(k, 1) largest ratios of the
+    seed and of the pairs under ``roots``, pairs evaluated, node pairs bounded."""
+    ev = _Evaluator(F, pair_eps, u, agg)
+    top = TopK(max(int(k), 1))
+    top.add(*seed)
     m = F.shape[0]
 
     def leaf_fn(i: np.ndarray, j: np.ndarray) -> None:
         for bi, bj in _batches(i, j, m):
             top.add(bi, bj, ev.ratios(bi, bj))
 
-    leaf_fn(*index.neighbour_pairs())
-
     def keep_fn(lev: int, a: np.ndarray, b: np.ndarray, D: np.ndarray) -> np.ndarray:
         ub = safe_ratio(_node_bound(D, u, agg), index.tree.box_lower(lev, a, b, index))
         return ub * _UB_SLACK > top.threshold()
 
-    visited = _traverse(index, F, keep_fn, leaf_fn)
+    visited = _traverse(index, F, keep_fn, leaf_fn, ranges=ranges, roots=roots)
+    return top.result(), ev.count, visited
+
+
+def scan_result(tops: list[TopArrays], n_pairs: int, k: int, evaluated: int) -> ScanResult:
+    """Merge the top-k lists of a scan's parts (each holding the seed) into its ScanResult."""
+    top = TopK(max(int(k), 1))
+    for t in tops:
+        top.add(*t)
     ti, tj, tr = top.result()
     best = float(tr[0]) if tr.size else 0.0
-    worst = (int(ti[0]), int(tj[0])) if tr.size else None
-    if k <= 0:
-        ti, tj, tr = ti[:0], tj[:0], tr[:0]
-    else:
-        ti, tj, tr = ti[:k], tj[:k], tr[:k]
-    logger.debug("pruned scan: N=%d m=%d k=%d, %d node pairs, %d of %d pairs exact, %.3f s",
-                 index.N, m, k, visited, ev.count, n_pairs, time.perf_counter() - t0)
-    return ScanResult(best, worst if n_pairs else None, (ti, tj, tr), n_pairs, ev.count, "pruned")
+    worst = (int(ti[0]), int(tj[0])) if tr.size and n_pairs else None
+    keep = max(int(k), 0)
+    return ScanResult(best, worst, (ti[:keep], tj[:keep], tr[:keep]), n_pairs, evaluated, "pruned")
+
+
+LipArrays = tuple[np.ndarray, np.ndarray, np.ndarray]  # per row: c_k, and its pair (i_k, j_k)
 
 
 def pruned_row_lipschitz(index: GeometricIndex, F: np.ndarray | sp.csc_array, pair_eps: PairEps,
@@ -353,33 +411,64 @@ def pruned_row_lipschitz(index: GeometricIndex, F: np.ndarray | sp.csc_array, pa
     """Per row k: ``c_k = max_ij |F_ki - F_kj|^power / eps_ij`` and its pair, by branch and bound
     (per-row bound ``D_k(A, B)^power / g(delta_AB)``). Returns (c, i, j, pairs evaluated)."""
     t0 = time.perf_counter()
+    seed, n0 = seed_lipschitz(F, pair_eps, *index.neighbour_pairs(), power=power)
+    (c, bi, bj), n1, visited = walk_lipschitz(index, F, pair_eps, seed, power=power)
+    logger.debug("pruned row Lipschitz: N=%d m=%d, %d node pairs, %d pairs exact, %.3f s",
+                 index.N, F.shape[0], visited, n0 + n1, time.perf_counter() - t0)
+    return c, bi, bj, n0 + n1
+
+
+def _lip_update(state: LipArrays, R: np.ndarray, pi: np.ndarray, pj: np.ndarray) -> None:
+    c, bi, bj = state
+    if R.shape[1] == 0:
+        return
+    m = R.shape[0]
+    arg = np.argmax(R, axis=1)
+    val = R[np.arange(m), arg]
+    better = val > c
+    c[better] = val[better]
+    bi[better], bj[better] = pi[arg[better]], pj[arg[better]]
+
+
+def seed_lipschitz(F: np.ndarray | sp.csc_array, pair_eps: PairEps, i: np.ndarray,
+                   j: np.ndarray, *, power: int = 1) -> tuple[LipArrays, int]:
+    """Per-row maxima of ``|F_ki - F_kj|^power / eps_ij`` over the given pairs (and pairs)."""
     m = F.shape[0]
-    c = np.zeros(m)
-    bi = np.full(m, -1, np.int64)
-    bj = np.full(m, -1, np.int64)
+    state = (np.zeros(m), np.full(m, -1, np.int64), np.full(m, -1, np.int64))
+    ev = _Evaluator(F, pair_eps, None, "sum")
+    for pi, pj in _batches(i, j, m):
+        _lip_update(state, ev.row_ratios(pi, pj, power), pi, pj)
+    return state, ev.count
+
+
+def walk_lipschitz(index: GeometricIndex, F: np.ndarray | sp.csc_array, pair_eps: PairEps,
+                   seed: LipArrays, *, power: int = 1, roots: Roots | None = None,
+                   ranges: Ranges | None = None) -> tuple[LipArrays, int, int]:
+    """The branch and bound of :func:`pruned_row_lipschitz` from ``seed`` over ``roots``
+    (default all node pairs): per-row maxima, pairs evaluated, node pairs bounded."""
+    m = F.shape[0]
+    state = (seed[0].copy(), seed[1].copy(), seed[2].copy())
     ev = _Evaluator(F, pair_eps, None, "sum")
 
     def leaf_fn(i: np.ndarray, j: np.ndarray) -> None:
         for pi, pj in _batches(i, j, m):
-            R = ev.row_ratios(pi, pj, power)
-            if R.shape[1] == 0:
-                continue
-            arg = np.argmax(R, axis=1)
-            val = R[np.arange(m), arg]
-            better = val > c
-            c[better] = val[better]
-            bi[better], bj[better] = pi[arg[better]], pj[arg[better]]
-
-    leaf_fn(*index.neighbour_pairs())
+            _lip_update(state, ev.row_ratios(pi, pj, power), pi, pj)
 
     def keep_fn(lev: int, a: np.ndarray, b: np.ndarray, D: np.ndarray) -> np.ndarray:
         ub = safe_ratio(D**power if power != 1 else D, index.tree.box_lower(lev, a, b, index)[None, :])
-        return np.asarray((ub * _UB_SLACK > c[:, None]).any(axis=0))
+        return np.asarray((ub * _UB_SLACK > state[0][:, None]).any(axis=0))
 
-    visited = _traverse(index, F, keep_fn, leaf_fn)
-    logger.debug("pruned row Lipschitz: N=%d m=%d, %d node pairs, %d pairs exact, %.3f s",
-                 index.N, m, visited, ev.count, time.perf_counter() - t0)
-    return c, bi, bj, ev.count
+    visited = _traverse(index, F, keep_fn, leaf_fn, ranges=ranges, roots=roots)
+    return state, ev.count, visited
+
+
+def merge_lipschitz(parts: list[LipArrays]) -> LipArrays:
+    """Per-row maxima of the parts' results (the first part wins ties)."""
+    c, bi, bj = (parts[0][0].copy(), parts[0][1].copy(), parts[0][2].copy())
+    for pc, pi, pj in parts[1:]:
+        better = pc > c
+        c[better], bi[better], bj[better] = pc[better], pi[better], pj[better]
+    return c, bi, bj
 
 
 def min_positive_eps(index: GeometricIndex, pair_eps: PairEps) -> float:

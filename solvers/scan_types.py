@@ -186,6 +186,15 @@ class ScanStats:
     def passes(self) -> int:
         return self.full + self.pruned
 
+    def __getstate__(self) -> dict[str, object]:  # a lock does not pickle: engines ship sets
+        with self._lock:
+            return {"full": self.full, "pruned": self.pruned, "pairs": self.pairs,
+                    "by": dict(self.by)}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def record(self, strategy: str, pairs: int, tag: str = "scan") -> None:
         with self._lock:
             if strategy == "pruned":

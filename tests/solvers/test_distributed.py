@@ -65,3 +65,44 @@ def test_dask_two_workers_equal_local_and_design_unchanged():
         assert b.objective == pytest.approx(a.objective, rel=1e-9)
         assert b.report["certificate"]["strategy"] == "dask"
         assert b.report["passes"]["full"] == b.report["passes"]["passes"] >= 3
+
+
+def test_dask_pruned_scans_equal_serial_and_design_unchanged():
+    """Indexed sets on Dask: seed and walk parts give the serial branch and bound's results."""
+    distributed = pytest.importorskip("distributed")
+    from solvers.pruned import GeometricIndex
+
+    rng = np.random.default_rng(2)
+    N = 1500
+    P = rng.random((N, 2))
+    F = rng.random((3, N))
+
+    def pair(i: np.ndarray, j: np.ndarray) -> np.ndarray:
+        d = P[i] - P[j]
+        return np.sqrt(np.einsum("pd,pd->p", d, d))
+
+    cs = ConstraintSet.oracle(N, lambda rows: cdist(P[rows], P), pair=pair).with_index(
+        GeometricIndex(P, 1.0, all_finite=True, min_n=100))
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client, DaskEngine(client, parts_per_worker=3) as eng:
+        on = cs.with_engine(eng)
+        u = np.array([0.002, 0.0005, 0.001])
+        for k, agg in ((0, "sum"), (12, "sum"), (5, "max"), (5, "sq")):
+            a, b = cs.scan(F, u, k=k, agg=agg), on.scan(F, u, k=k, agg=agg)
+            assert b.strategy == "dask" and a.strategy == "pruned"
+            assert a.max_ratio == b.max_ratio and a.worst == b.worst
+            np.testing.assert_array_equal(a.top[2], b.top[2])
+        full = ConstraintSet.oracle(N, lambda rows: cdist(P[rows], P)).scan(F, u, k=3)
+        assert on.scan(F, u).max_ratio == pytest.approx(full.max_ratio, rel=1e-12)
+        for power in (1, 2):
+            for x, y in zip(cs.row_lipschitz(F, power=power), on.row_lipschitz(F, power=power),
+                            strict=True):
+                np.testing.assert_array_equal(x, y)
+        a = design(F, cs, method="exact")
+        b = design(F, cs, method="exact", engine=eng)
+        assert b.objective == pytest.approx(a.objective, rel=1e-9)
+        np.testing.assert_allclose(b.beta, a.beta, rtol=1e-7)
+        assert b.report["certificate"]["strategy"] == "dask"
+        assert b.report["passes"]["pruned"] == b.report["passes"]["passes"] >= 3
+        assert on.scan(F, b.u).max_ratio <= 1 + 1e-12

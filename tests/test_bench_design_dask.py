@@ -1,0 +1,27 @@
+"""experiments.bench_design_dask runs end to end: the Dask design equals the one-process design
+and the independent pair bound confirms both."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from experiments import bench_design_dask
+
+
+@pytest.mark.slow
+def test_bench_design_dask_small(tmp_path, capsys):
+    pytest.importorskip("distributed")
+    assert bench_design_dask.main(["--sizes", "5000", "--outdir", str(tmp_path)]) == 0
+    df = pd.read_csv(tmp_path / "bench_design_dask.csv").set_index("cell")
+    assert (tmp_path / "bench_design_dask.png").stat().st_size > 0
+    assert set(df.index) == {"local", "dask"}
+    assert df.loc["dask", "objective"] == pytest.approx(df.loc["local", "objective"], rel=1e-9)
+    assert "dask scan" in df.loc["dask", "verified_by"]
+    for cell in ("local", "dask"):
+        assert bool(df.loc[cell, "verify_holds"])
+        assert df.loc[cell, "verify_max_exact"] == pytest.approx(df.loc[cell, "max_ratio"],
+                                                                 rel=1e-12)
+        assert df.loc[cell, "verify_pairs_exact"] < df.loc[cell, "pairs_total"]
+    assert 0 < df.loc["dask", "worker_peak_gib_design"] < 4
+    assert "every pair within the budget" in capsys.readouterr().out
