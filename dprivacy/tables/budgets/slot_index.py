@@ -49,6 +49,15 @@ class SlotIndex:
             else:
                 self._hash = pd.Index(ids)
 
+    @classmethod
+    def range(cls, n: int) -> SlotIndex:
+        """The identity map over ``n`` slots (person i in slot i), with its id array, built
+        without checking (a snapshot records that its ids are 0, 1, ..., n - 1)."""
+        out = cls.__new__(cls)
+        out.ids, out.n, out.identity = np.arange(n, dtype=np.int64), n, True
+        out._slot_of, out._hash = None, None
+        return out
+
     def lookup(self, ids: np.ndarray, *, nonneg: bool = False) -> tuple[np.ndarray, bool]:
         """(the slot of each id, -1 if unknown; whether every id is known). ``nonneg``: the
         caller knows the ids are >= 0 (saves a pass)."""

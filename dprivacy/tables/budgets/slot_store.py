@@ -61,12 +61,13 @@ from dprivacy.tables.budgets.slot_records import (
     _REC,
     _REC_HEAD,
     _append,
-    _decode,
+    _apply_record,
     _encode,
     _encode_bits,
     _fsync_dir,
     _pack,
     _unpack,
+    _unpack_array,
 )
 
 __all__ = ["SlotStore", "LedgerLockTimeout", "RowsChanged"]
@@ -74,6 +75,8 @@ __all__ = ["SlotStore", "LedgerLockTimeout", "RowsChanged"]
 _SYNC_SLICE = 4 << 20  # a background snapshot is written and synced 4 MiB at a time
 _NICE = 10  # the background compaction's CPU priority (Linux threads): below the queries'
 _BACKSTOP = 3  # records beyond this many times the threshold: compact on the query's path
+_TAIL_UNDER_LOCK = 1 << 20  # records committed during a compaction beyond this are copied
+_CATCH_UP_ROUNDS = 4  # ... before it takes the lock (in at most this many rounds)
 COMPACT_BYTES_PER_SLOT = 4  # fold the records into a snapshot beyond this many bytes per person
 
 
@@ -362,21 +365,26 @@ class SlotStore:
                     f.flush()
                     os.fdatasync(f.fileno())
                 os.fsync(f.fileno())
-            with self.locked():  # caught up with every record committed meanwhile
-                if self._ino != ino or os.stat(self.path).st_ino != ino:
-                    os.unlink(tmp)  # the store was replaced meanwhile: this copy is stale
+            with open(self.path, "rb") as src:  # the old file, even if renamed meanwhile
+                if os.fstat(src.fileno()).st_ino != ino:
+                    os.unlink(tmp)
                     return
-                with open(self.path, "rb") as f:
-                    f.seek(off)
-                    tail = f.read(self._off - off)
-                with open(tmp, "ab") as f:
-                    f.write(tail)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, self.path)
-                _fsync_dir(self.path)
-                self._ino, self._off, self._log_bytes = (os.stat(self.path).st_ino,
-                                                         len(data) + len(tail), len(tail))
+                copied = off
+                for _round in range(_CATCH_UP_ROUNDS):  # without the lock: committed records
+                    end = self._off  # (advanced after each commit's fsync) copied in bulk
+                    if self._ino != ino or end - copied <= _TAIL_UNDER_LOCK:
+                        break
+                    copied += _copy_range(src, copied, end, tmp)
+                with self.locked():  # the few records committed since, then the rename
+                    if self._ino != ino or os.stat(self.path).st_ino != ino:
+                        os.unlink(tmp)  # the store was replaced meanwhile: this copy is stale
+                        return
+                    _copy_range(src, copied, self._off, tmp)
+                    os.replace(tmp, self.path)
+                    _fsync_dir(self.path)
+                    tail = self._off - off
+                    self._ino, self._off, self._log_bytes = (os.stat(self.path).st_ino,
+                                                             len(data) + tail, tail)
         except BaseException as exc:  # the old file is complete: compaction can wait
             self.compaction_error = exc
             if os.path.exists(tmp):
@@ -437,15 +445,18 @@ class SlotStore:
             off = f.tell()
         n = int(meta["n"])
         raw = meta["raw"]
-        self.ids = (np.arange(n, dtype=np.int64) if meta["identity"] else
-                    np.frombuffer(_unpack(blobs[0], raw[0]), np.int64).copy())
-        self.initial = np.frombuffer(_unpack(blobs[1], raw[1]), np.int64).copy()
-        self.remaining = np.frombuffer(_unpack(blobs[2], raw[2]), np.int64).copy()
+        if meta["identity"]:  # person i in slot i: the map needs no check
+            self._index = SlotIndex.range(n)
+            self.ids = self._index.ids
+        else:
+            self._index = None
+            self.ids = _unpack_array(blobs[0], raw[0])
+        self.initial = _unpack_array(blobs[1], raw[1])
+        self.remaining = _unpack_array(blobs[2], raw[2])
         self.queries = json.loads(_unpack(blobs[3], raw[3]) or b"[]")
         if keep_blobs:  # ids and initial budgets as compressed, for a snapshot that reuses them
             self._blobs = (blobs[0], int(raw[0]), blobs[1], int(raw[1]))
         self.next_id, self.next_query = int(meta["next_id"]), int(meta["next_query"])
-        self._index = None
         self._ino, self._off, self._log_bytes = ino, off, 0
 
     def _sync(self) -> None:
@@ -482,11 +493,9 @@ class SlotStore:
         (mlen,) = struct.unpack_from("<I", payload, 0)
         meta = json.loads(payload[4: 4 + mlen])
         pos = 4 + mlen
-        slots, amounts = _decode(meta, payload, pos)
-        _debit(self.remaining, slots, amounts)
+        payers, total = _apply_record(self.remaining, meta, payload, pos)
         self.next_query = int(meta["q"]) + 1
-        self.queries.append([int(meta["q"]), meta["label"], int(slots.size),
-                             int(amounts.sum()) if amounts.size else 0])
+        self.queries.append([int(meta["q"]), meta["label"], payers, total])
 
     def close(self) -> None:
         """Finish a background compaction and close the lock file descriptor."""
@@ -531,6 +540,21 @@ class _Locked:
 def _debit(rem: np.ndarray, slots: np.ndarray, amounts: int | np.ndarray) -> None:
     if slots.size:
         rem[slots] -= amounts
+
+
+def _copy_range(src: Any, start: int, end: int, tmp: str) -> int:
+    """Append bytes [start, end) of the open file ``src`` to ``tmp`` and sync; the bytes copied."""
+    if end <= start:
+        return 0
+    src.seek(start)
+    chunk = src.read(end - start)
+    if len(chunk) != end - start:
+        raise OSError("the budget file is shorter than its committed records")
+    with open(tmp, "ab") as f:
+        f.write(chunk)
+        f.flush()
+        os.fsync(f.fileno())
+    return len(chunk)
 
 
 def _replayed(path: str, ino: int | None, off: int) -> tuple[Any, ...] | None:

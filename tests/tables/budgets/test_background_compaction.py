@@ -7,6 +7,7 @@ import os
 import threading
 
 import numpy as np
+import pytest
 
 from dprivacy.tables.budgets import slot_store
 from dprivacy.tables.budgets.slot_store import SlotStore
@@ -40,7 +41,20 @@ def _blocked_snapshots(monkeypatch):
     return started, release
 
 
-def test_records_committed_during_a_background_compaction_are_kept(tmp_path, monkeypatch):
+@pytest.mark.parametrize("under_lock", [1 << 20, 0])
+def test_records_committed_during_a_background_compaction_are_kept(tmp_path, monkeypatch,
+                                                                   under_lock):
+    """``under_lock`` 0: every record committed meanwhile is copied before the lock is taken
+    (the catch-up rounds), none under it; 1 MiB: all of them under the lock."""
+    monkeypatch.setattr(slot_store, "_TAIL_UNDER_LOCK", under_lock)
+    copies: list[bool] = []
+    real_copy = slot_store._copy_range
+
+    def spy(src, start, end, tmp):
+        copies.append(end > start)
+        return real_copy(src, start, end, tmp)
+
+    monkeypatch.setattr(slot_store, "_copy_range", spy)
     path = str(tmp_path / "b.dpb")
     s = _store(path)
     s.compact_bytes = 1
@@ -65,6 +79,9 @@ def test_records_committed_during_a_background_compaction_are_kept(tmp_path, mon
         assert [q[1] for q in reopened.queries][-5:] == [f"during{k}" for k in range(5)]
     # slot 150 paid in the first query and in 'during0' and 'during1'
     assert expected[150] == 10**9 - 3 * 1000
+    # the bulk copy happened before the lock when the threshold says so; the last call is the
+    # one under the lock, which then has nothing left to copy
+    assert copies == ([True, False] if under_lock == 0 else [True])
 
 
 def test_a_copy_made_stale_by_another_process_is_dropped(tmp_path, monkeypatch):
