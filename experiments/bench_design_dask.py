@@ -223,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--worker-memory", type=str, default="4GB")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--outdir", type=Path, default=None)
+    ap.add_argument("--from-csv", type=Path, nargs="+", default=None,
+                    help="rewrite the CSV, table and figure from the rows of earlier runs")
     ap.add_argument("--cell", type=str, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.cell:
@@ -239,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     specs = [(c, N) for N in sizes for c in args.cells.split(",")
              if not (c == "local" and N > args.local_max)]
     rows: list[dict] = []
+    if args.from_csv:
+        specs = []
+        rows = [r for f in args.from_csv for r in pd.read_csv(f).to_dict("records")]
     for kind, N in specs:
         t0 = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "experiments.bench_design_dask", "--cell",

@@ -49,6 +49,7 @@ from solvers.pruned import (
     Ranges,
     Roots,
     TopArrays,
+    columns,
     merge_lipschitz,
     scan_result,
     seed_lipschitz,
@@ -70,35 +71,55 @@ _JOB: tuple[Any, ...] | None = None  # the scan a forked worker runs parts of
 @dataclass
 class PrunedContext:
     """What every part of a pruned scan reads (shipped once per design to every worker): the
-    index with its k-d tree, the query matrix, its per-node ranges and the budgets."""
+    index with its k-d tree, F's shape, its columns as rows (dense F; else F itself), its
+    per-node ranges and the budgets."""
 
     index: GeometricIndex
-    F: np.ndarray | sp.csc_array
+    F: np.ndarray | sp.csc_array  # dense F: the (m, N) transposed view of ``cols``
+    cols: np.ndarray | None
     ranges: Ranges
     cs: ConstraintSet
+
+    @classmethod
+    def build(cls, index: GeometricIndex, F: np.ndarray | sp.csc_array, cs: ConstraintSet
+              ) -> PrunedContext:
+        cols = columns(F)
+        return cls(index, F, cols, index.tree.f_ranges(F), cs)
+
+    def __getstate__(self) -> dict[str, Any]:  # dense F travels once, as its columns
+        state = dict(self.__dict__)
+        if self.cols is not None:
+            state["F"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.F is None:
+            assert self.cols is not None
+            self.F = self.cols.T
 
 
 def _seed_part(ctx: PrunedContext, pairs: tuple[np.ndarray, np.ndarray], u: np.ndarray, *,
                k: int, agg: str) -> tuple[TopArrays, int]:
-    return seed_scan(ctx.F, u, ctx.cs.pair_eps, pairs[0], pairs[1], k=k, agg=agg)
+    return seed_scan(ctx.F, u, ctx.cs.pair_eps, pairs[0], pairs[1], k=k, agg=agg, cols=ctx.cols)
 
 
 def _walk_part(ctx: PrunedContext, roots: Roots, seed: TopArrays, u: np.ndarray, *, k: int,
                agg: str) -> tuple[TopArrays, int]:
     top, n, _ = walk_scan(ctx.index, ctx.F, u, ctx.cs.pair_eps, seed, k=k, agg=agg, roots=roots,
-                          ranges=ctx.ranges)
+                          ranges=ctx.ranges, cols=ctx.cols)
     return top, n
 
 
 def _seed_lip(ctx: PrunedContext, pairs: tuple[np.ndarray, np.ndarray], power: int
               ) -> tuple[LipArrays, int]:
-    return seed_lipschitz(ctx.F, ctx.cs.pair_eps, pairs[0], pairs[1], power=power)
+    return seed_lipschitz(ctx.F, ctx.cs.pair_eps, pairs[0], pairs[1], power=power, cols=ctx.cols)
 
 
 def _walk_lip(ctx: PrunedContext, roots: Roots, seed: LipArrays, power: int
               ) -> tuple[LipArrays, int]:
     state, n, _ = walk_lipschitz(ctx.index, ctx.F, ctx.cs.pair_eps, seed, power=power,
-                                 roots=roots, ranges=ctx.ranges)
+                                 roots=roots, ranges=ctx.ranges, cols=ctx.cols)
     return state, n
 
 
@@ -192,10 +213,11 @@ class DaskEngine:
         self._shipped = None
         index = cs.index
         assert index is not None
-        tree = index.tree  # built here once, not on every worker
+        _ = index.tree  # built here once, not on every worker
         ni, nj = index.neighbour_pairs()
-        ctx = PrunedContext(copy.copy(index), A, tree.f_ranges(A), cs.with_engine(None))
-        ctx.index._nn = None  # the workers get the pairs in slices
+        shipped = copy.copy(index)
+        shipped._nn = None  # the workers get the pairs in slices
+        ctx = PrunedContext.build(shipped, A, cs.with_engine(None).with_index(None))
         ctx_f = self.client.scatter(ctx, broadcast=True, hash=False)
         n = self._n_workers() * self.parts_per_worker
         cuts = np.linspace(0, ni.size, n + 1).round().astype(int)

@@ -51,6 +51,7 @@ PairEps = Callable[[np.ndarray, np.ndarray], np.ndarray]
 _UB_SLACK = 1.0 + 1e-12
 _NODE_CELLS = 2**19  # node pairs x query rows per bound evaluation
 _PAIR_CHUNK = 2**18  # exact pair evaluations per batch (times m)
+_NN_CHUNK = 2**20  # points per nearest-neighbour query
 
 
 @dataclass(eq=False)
@@ -118,12 +119,18 @@ class GeometricIndex:
             else:
                 from scipy.spatial import cKDTree  # slow import: on use
 
-                nb = np.asarray(cKDTree(self.points).query(self.points, k=kk)[1])
-                i = np.repeat(np.arange(N), kk - 1)
-                j = nb[:, 1:].ravel().astype(np.int64)
-                ok = (j < N) & (i != j)
-                lo, hi = np.minimum(i[ok], j[ok]), np.maximum(i[ok], j[ok])
-                key = np.unique(lo * N + hi)
+                tree = cKDTree(self.points)
+                keys = []
+                for s in range(0, N, _NN_CHUNK):  # in chunks: bounded temporaries
+                    pts = self.points[s:s + _NN_CHUNK]
+                    nb = np.asarray(tree.query(pts, k=kk)[1])
+                    i = np.repeat(np.arange(s, s + pts.shape[0]), kk - 1)
+                    j = nb[:, 1:].ravel().astype(np.int64)
+                    ok = (j < N) & (i != j)
+                    lo, hi = np.minimum(i[ok], j[ok]), np.maximum(i[ok], j[ok])
+                    keys.append(np.unique(lo * N + hi))
+                del tree
+                key = np.unique(np.concatenate(keys))
                 self._nn = (key // N, key % N)
         return self._nn
 
@@ -209,34 +216,48 @@ def _children(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ca, cb
 
 
+def columns(F: np.ndarray | sp.csc_array) -> np.ndarray | None:
+    """F's columns as the rows of a C-contiguous (N, m) array (dense F only, else None): one
+    element's m values are adjacent, so gathering the columns of scattered pairs reads one or
+    two cache lines per element instead of m."""
+    return np.ascontiguousarray(F.T) if isinstance(F, np.ndarray) else None
+
+
 class _Evaluator:
-    """Exact ratios of given pairs (the same arithmetic as the full scan)."""
+    """Exact ratios of given pairs (the same arithmetic as the full scan). ``cols``: F's
+    columns from :func:`columns` (dense F; computed here if not given)."""
 
     def __init__(self, F: np.ndarray | sp.csc_array, pair_eps: PairEps, u: np.ndarray | None,
-                 agg: str) -> None:
+                 agg: str, cols: np.ndarray | None = None) -> None:
         self.F, self.pair_eps, self.agg = F, pair_eps, agg
+        self.cols = cols if cols is not None else columns(F)
         self.u = u
         if u is not None:
             self.fin = np.isfinite(u)
             self.uf = u[self.fin]
+            self.all_fin = bool(self.fin.all())
         self.count = 0
 
-    def absdiff(self, i: np.ndarray, j: np.ndarray) -> np.ndarray:
-        return np.abs(take(self.F, i) - take(self.F, j))
+    def absdiff_t(self, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+        """|F_ki - F_kj| as a (P, m) array (pairs by rows)."""
+        if self.cols is not None:
+            return np.abs(self.cols[i] - self.cols[j])
+        return np.abs(take(self.F, i) - take(self.F, j)).T
 
     def ratios(self, i: np.ndarray, j: np.ndarray) -> np.ndarray:
         """loss_ij / eps_ij; -1 for unconstrained (eps = inf) pairs."""
         self.count += i.size
-        ad = self.absdiff(i, j)
+        ad = self.absdiff_t(i, j)
         assert self.u is not None
+        live = ad if self.all_fin else ad[:, self.fin]
         if self.agg == "sum":
-            num = self.uf @ ad[self.fin] if self.uf.size else np.zeros(i.size)
+            num = live @ self.uf if self.uf.size else np.zeros(i.size)
         elif self.agg == "sq":
-            num = self.uf @ ad[self.fin] ** 2 if self.uf.size else np.zeros(i.size)
+            num = live**2 @ self.uf if self.uf.size else np.zeros(i.size)
         else:
-            num = (ad[self.fin] * self.uf[:, None]).max(axis=0, initial=0.0)
-        if not self.fin.all():
-            num = np.where((ad[~self.fin] > 0).any(axis=0), np.inf, num)
+            num = (live * self.uf[None, :]).max(axis=1, initial=0.0)
+        if not self.all_fin:
+            num = np.where((ad[:, ~self.fin] > 0).any(axis=1), np.inf, num)
         eps = self.pair_eps(i, j)
         r = safe_ratio(num, eps)
         return np.where(eps < np.inf, r, -1.0)
@@ -245,7 +266,7 @@ class _Evaluator:
         """|F_ki - F_kj|^power / eps_ij per row (m, P); -1 for unconstrained pairs."""
         self.count += i.size
         eps = self.pair_eps(i, j)
-        ad = self.absdiff(i, j)
+        ad = self.absdiff_t(i, j).T
         r = safe_ratio(ad**power if power != 1 else ad, eps[None, :])
         return np.where(eps[None, :] < np.inf, r, -1.0)
 
@@ -346,8 +367,9 @@ def pruned_scan(index: GeometricIndex, F: np.ndarray | sp.csc_array, u: np.ndarr
     ScanResult equal to the full scan's (the top-k may omit pairs of ratio 0).
     """
     t0 = time.perf_counter()
-    seed, n0 = seed_scan(F, u, pair_eps, *index.neighbour_pairs(), k=k, agg=agg)
-    top, n1, visited = walk_scan(index, F, u, pair_eps, seed, k=k, agg=agg)
+    cols = columns(F)  # once for both steps
+    seed, n0 = seed_scan(F, u, pair_eps, *index.neighbour_pairs(), k=k, agg=agg, cols=cols)
+    top, n1, visited = walk_scan(index, F, u, pair_eps, seed, k=k, agg=agg, cols=cols)
     logger.debug("pruned scan: N=%d m=%d k=%d, %d node pairs, %d of %d pairs exact, %.3f s",
                  index.N, F.shape[0], k, visited, n0 + n1, n_pairs, time.perf_counter() - t0)
     return scan_result([top], n_pairs, k, n0 + n1)
@@ -357,10 +379,11 @@ TopArrays = tuple[np.ndarray, np.ndarray, np.ndarray]  # (i, j, ratio) of a runn
 
 
 def seed_scan(F: np.ndarray | sp.csc_array, u: np.ndarray, pair_eps: PairEps, i: np.ndarray,
-              j: np.ndarray, *, k: int, agg: str) -> tuple[TopArrays, int]:
+              j: np.ndarray, *, k: int, agg: str, cols: np.ndarray | None = None
+              ) -> tuple[TopArrays, int]:
     """The max(k, 1) largest exact ratios among the given pairs (the nearest-neighbour pairs that
     give a pruned scan its first threshold) and the number of pairs evaluated."""
-    ev = _Evaluator(F, pair_eps, u, agg)
+    ev = _Evaluator(F, pair_eps, u, agg, cols)
     top = TopK(max(int(k), 1))
     for bi, bj in _batches(i, j, F.shape[0]):
         top.add(bi, bj, ev.ratios(bi, bj))
@@ -369,12 +392,12 @@ def seed_scan(F: np.ndarray | sp.csc_array, u: np.ndarray, pair_eps: PairEps, i:
 
 def walk_scan(index: GeometricIndex, F: np.ndarray | sp.csc_array, u: np.ndarray,
               pair_eps: PairEps, seed: TopArrays, *, k: int, agg: str,
-              roots: Roots | None = None, ranges: Ranges | None = None
-              ) -> tuple[TopArrays, int, int]:
+              roots: Roots | None = None, ranges: Ranges | None = None,
+              cols: np.ndarray | None = None) -> tuple[TopArrays, int, int]:
     """The branch and bound of :func:`pruned_scan` from the threshold of ``seed`` (pairs already
     evaluated) over the node pairs ``roots`` (default all): the max(k, 1) largest ratios of the
     seed and of the pairs under ``roots``, pairs evaluated, node pairs bounded."""
-    ev = _Evaluator(F, pair_eps, u, agg)
+    ev = _Evaluator(F, pair_eps, u, agg, cols)
     top = TopK(max(int(k), 1))
     top.add(*seed)
     m = F.shape[0]
@@ -411,8 +434,9 @@ def pruned_row_lipschitz(index: GeometricIndex, F: np.ndarray | sp.csc_array, pa
     """Per row k: ``c_k = max_ij |F_ki - F_kj|^power / eps_ij`` and its pair, by branch and bound
     (per-row bound ``D_k(A, B)^power / g(delta_AB)``). Returns (c, i, j, pairs evaluated)."""
     t0 = time.perf_counter()
-    seed, n0 = seed_lipschitz(F, pair_eps, *index.neighbour_pairs(), power=power)
-    (c, bi, bj), n1, visited = walk_lipschitz(index, F, pair_eps, seed, power=power)
+    cols = columns(F)
+    seed, n0 = seed_lipschitz(F, pair_eps, *index.neighbour_pairs(), power=power, cols=cols)
+    (c, bi, bj), n1, visited = walk_lipschitz(index, F, pair_eps, seed, power=power, cols=cols)
     logger.debug("pruned row Lipschitz: N=%d m=%d, %d node pairs, %d pairs exact, %.3f s",
                  index.N, F.shape[0], visited, n0 + n1, time.perf_counter() - t0)
     return c, bi, bj, n0 + n1
@@ -431,11 +455,12 @@ def _lip_update(state: LipArrays, R: np.ndarray, pi: np.ndarray, pj: np.ndarray)
 
 
 def seed_lipschitz(F: np.ndarray | sp.csc_array, pair_eps: PairEps, i: np.ndarray,
-                   j: np.ndarray, *, power: int = 1) -> tuple[LipArrays, int]:
+                   j: np.ndarray, *, power: int = 1, cols: np.ndarray | None = None
+                   ) -> tuple[LipArrays, int]:
     """Per-row maxima of ``|F_ki - F_kj|^power / eps_ij`` over the given pairs (and pairs)."""
     m = F.shape[0]
     state = (np.zeros(m), np.full(m, -1, np.int64), np.full(m, -1, np.int64))
-    ev = _Evaluator(F, pair_eps, None, "sum")
+    ev = _Evaluator(F, pair_eps, None, "sum", cols)
     for pi, pj in _batches(i, j, m):
         _lip_update(state, ev.row_ratios(pi, pj, power), pi, pj)
     return state, ev.count
@@ -443,12 +468,13 @@ def seed_lipschitz(F: np.ndarray | sp.csc_array, pair_eps: PairEps, i: np.ndarra
 
 def walk_lipschitz(index: GeometricIndex, F: np.ndarray | sp.csc_array, pair_eps: PairEps,
                    seed: LipArrays, *, power: int = 1, roots: Roots | None = None,
-                   ranges: Ranges | None = None) -> tuple[LipArrays, int, int]:
+                   ranges: Ranges | None = None, cols: np.ndarray | None = None
+                   ) -> tuple[LipArrays, int, int]:
     """The branch and bound of :func:`pruned_row_lipschitz` from ``seed`` over ``roots``
     (default all node pairs): per-row maxima, pairs evaluated, node pairs bounded."""
     m = F.shape[0]
     state = (seed[0].copy(), seed[1].copy(), seed[2].copy())
-    ev = _Evaluator(F, pair_eps, None, "sum")
+    ev = _Evaluator(F, pair_eps, None, "sum", cols)
 
     def leaf_fn(i: np.ndarray, j: np.ndarray) -> None:
         for pi, pj in _batches(i, j, m):
