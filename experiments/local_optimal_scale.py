@@ -39,16 +39,17 @@ from scipy.spatial.distance import cdist
 
 from dprivacy.data import load_us_cities
 from dprivacy.local.baselines import planar_laplace_loss
-from dprivacy.local.cost import check_dx
 from experiments._common import RESULTS_DIR, default_outdir, format_table, parser, save_figure, write_csv
 from solvers.channels.optimal import solve_dx_lp
+from solvers.channels.separation import check_all_pairs, check_edges
 from solvers.channels.symmetry import square_symmetries
 
 NAME = "local_optimal_scale"
 COLUMNS = ["setting", "N", "metric", "loss", "prior", "eps_per_unit", "target_gap", "time_limit",
            "seconds", "expected_loss", "lower_bound", "gap", "status", "rounds", "pairs",
            "graph_edges", "group_order", "plain_seconds", "plain_loss", "plain_status",
-           "planar_loss", "planar_se", "ratio_planar", "private", "load_start", "load_end"]
+           "planar_loss", "planar_se", "ratio_planar", "private", "checked", "worst_ratio", "check_seconds", "peak_rss_gb",
+           "load_start", "load_end"]
 
 
 def grid_points(side: int) -> np.ndarray:
@@ -85,9 +86,24 @@ def _load() -> float:
     return float(os.getloadavg()[0])
 
 
+def _peak_gb() -> float:
+    """Peak resident memory of this process so far (GB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+
+
+def grid_edges(side: int) -> tuple[np.ndarray, np.ndarray]:
+    """The 4-neighbour edges of the side x side grid of :func:`grid_points` (i < j)."""
+    k = np.arange(side * side).reshape(side, side)
+    i = np.concatenate([k[:, :-1].ravel(), k[:-1, :].ravel()])
+    j = np.concatenate([k[:, 1:].ravel(), k[1:, :].ravel()])
+    return i, j
+
+
 def one(setting: str, pts: np.ndarray, metric: str, eps_unit: float, loss: str, prior_name: str,
         prior: np.ndarray | None, *, gap: float, time_limit: float, plain_max: int, samples: int,
-        seed: int) -> dict:
+        seed: int, check_all_max: int = 2500) -> dict:
     load0 = _load()
     d = cdist(pts, pts)
     eps = eps_unit * (cdist(pts, pts, "cityblock") if metric == "manhattan" else d)
@@ -96,7 +112,15 @@ def one(setting: str, pts: np.ndarray, metric: str, eps_unit: float, loss: str, 
     r = solve_dx_lp(eps, L, prior, method="lagrangian", gap=gap, time_limit=time_limit,
                     symmetries=square_symmetries(pts))
     secs = time.perf_counter() - t0
-    private = bool(check_dx(r.T, eps, rtol=1e-9).ok)
+    t_check = time.perf_counter()
+    if len(pts) <= check_all_max or metric != "manhattan":
+        private, worst, _ = check_all_pairs(r.T, eps, rtol=1e-9)
+        checked = "all pairs"
+    else:  # the grid's edges imply every pair of the Manhattan metric (their paths are checked)
+        i, j = grid_edges(int(round(np.sqrt(len(pts)))))
+        private, worst, _ = check_edges(r.T, eps, i, j, rtol=1e-9)
+        checked = "grid edges + paths"
+    check_s = time.perf_counter() - t_check
     plain_s, plain_l, plain_st = np.nan, np.nan, "skipped (N > plain_max)"
     if len(pts) <= plain_max:
         t1 = time.perf_counter()
@@ -106,16 +130,20 @@ def one(setting: str, pts: np.ndarray, metric: str, eps_unit: float, loss: str, 
         except RuntimeError as e:  # no solution within the limit
             plain_st = f"failed: {e}"[:60]
         plain_s = time.perf_counter() - t1
-    pl, se = planar_laplace_loss(pts, eps_unit, L, prior, samples=samples, rng=seed)
+    facts = {"expected_loss": r.expected_loss, "lower_bound": r.lower_bound, "gap": r.gap,
+             "status": str(r.info["status"]), "rounds": int(r.info["rounds"]),
+             "pairs": int(r.info["pairs"]), "graph_edges": bool(r.info["graph_edges"]),
+             "group_order": int(r.info["group_order"])}
+    del r  # (N² floats: free them before the baseline)
+    pl, se = planar_laplace_loss(pts, eps_unit, L, prior, samples=samples if len(pts) <= 2500 else 200,
+                                 rng=seed)
     return {"setting": setting, "N": len(pts), "metric": metric, "loss": loss, "prior": prior_name,
             "eps_per_unit": eps_unit, "target_gap": gap, "time_limit": time_limit, "seconds": secs,
-            "expected_loss": r.expected_loss, "lower_bound": r.lower_bound, "gap": r.gap,
-            "status": str(r.info["status"]), "rounds": int(r.info["rounds"]),
-            "pairs": int(r.info["pairs"]), "graph_edges": bool(r.info["graph_edges"]),
-            "group_order": int(r.info["group_order"]), "plain_seconds": plain_s,
+            **facts, "plain_seconds": plain_s,
             "plain_loss": plain_l, "plain_status": plain_st, "planar_loss": pl, "planar_se": se,
-            "ratio_planar": pl / r.expected_loss, "private": private, "load_start": load0,
-            "load_end": _load()}
+            "ratio_planar": pl / facts["expected_loss"], "private": bool(private), "checked": checked,
+            "worst_ratio": worst, "check_seconds": check_s, "peak_rss_gb": _peak_gb(),
+            "load_start": load0, "load_end": _load()}
 
 
 def plan(grids: list[int], cities: list[int], metrics: list[str], losses: list[str],

@@ -55,6 +55,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import shortest_path
 
 from solvers.channels.lp_parts import add_ratio_rows, nearest_pairs, new_highs
+from solvers.channels.separation import kernel, lift, worst_violations
 
 __all__ = ["ColumnResult", "solve_by_columns"]
 
@@ -89,45 +90,118 @@ class ColumnResult:
 
 
 class _Pricer:
-    """One warm-started HiGHS model per priced output: ``min <g, v>`` over ``P``."""
+    """``min <g, v>`` over ``P`` for each priced output, by HiGHS (warm-started).
 
-    def __init__(self, n: int, x: np.ndarray, y: np.ndarray, b: np.ndarray, eps: np.ndarray,
-                 outputs: np.ndarray, neighbours: int, tol: float) -> None:
-        self.n, self.x, self.y, self.tol = n, x, y, tol
-        # pairs with budgets above CAP stay out of the LPs (HiGHS cannot handle coefficients like
-        # e^400; leaving rows out keeps the bound valid) and each column is then lifted to the
-        # least vector above it that satisfies every pair (closure below)
-        self.eb = np.exp(np.minimum(b, CAP))
-        self.skip = b > CAP
+    Two ways to hold the pair rows: the listed pairs ``(x, y, b)`` (a graph's edges, a
+    spanner), all in each LP from the start unless there are many (then added while violated);
+    or, with ``x`` None, every pair of the metric ``eps``, found by the separation oracle
+    (:func:`solvers.channels.separation.worst_violations`) and added while violated, so that no
+    list of the N² pairs exists. When the models of all outputs would not fit in
+    ``model_bytes``, each LP is rebuilt for every solve from its rows and its last basis
+    (a few bytes per row) instead of being kept.
+    """
+
+    def __init__(self, n: int, x: np.ndarray | None, y: np.ndarray | None, b: np.ndarray | None,
+                 eps: np.ndarray, outputs: np.ndarray, neighbours: int, tol: float,
+                 model_bytes: float = 1.5e9) -> None:
+        self.n, self.tol, self.eps = n, tol, eps
+        self.dense = x is None
+        self.K: np.ndarray | None = None
         self.closure: np.ndarray | None = None
-        if self.skip.any():
-            if x.size == n * (n - 1):  # every pair: the budgets are the metric itself
-                self.closure = np.exp(-eps)
-            else:
+        if self.dense:
+            self.K = kernel(eps)  # the oracle's and the lift's matrix
+            self.lazy = True
+            self.x = self.y = self.b = self.eb = _NONE
+            near = _near_rows(eps, neighbours)  # (n, k): each input's nearest inputs
+            a = np.repeat(np.arange(n), near.shape[1])
+            c = near.ravel()
+            start_x = np.concatenate([a, c])
+            start_y = np.concatenate([c, a])
+            keep = eps[start_x, start_y] <= CAP
+            code = np.unique(start_x[keep] * n + start_y[keep])
+            self.start_x, self.start_y = code // n, code % n
+            rows0 = self.start_x.size + 2 * n
+        else:
+            assert y is not None and b is not None
+            self.x, self.y, self.b = x, y, b
+            # pairs with budgets above CAP stay out of the LPs (HiGHS cannot handle coefficients
+            # like e^400; leaving rows out keeps the bound valid) and each column is then lifted
+            # to the least vector above it that satisfies every pair (closure below)
+            self.eb = np.exp(np.minimum(b, CAP))
+            self.skip = b > CAP
+            if self.skip.any():
                 self.closure = np.exp(-shortest_path(csr_matrix((b, (x, y)), shape=(n, n)),
-                                                      directed=True))
-        self.lazy = x.size > 32 * n
-        self.start = (nearest_pairs(eps, neighbours)[x, y] if self.lazy
-                      else np.ones(x.size, dtype=bool))
-        self.start &= ~self.skip
+                                                     directed=True))
+            self.lazy = x.size > 32 * n
+            self.start = (nearest_pairs(eps, neighbours)[x, y] if self.lazy
+                          else np.ones(x.size, dtype=bool))
+            self.start &= ~self.skip
+            rows0 = int(self.start.sum()) + (2 * n if self.lazy else 0)
+        # ~700 bytes per column and row of a solved HiGHS model (measured: 35 MB at N = 10^4
+        # with 4·10^4 rows)
+        self.keep = outputs.size * (n + rows0) * 700.0 <= model_bytes
         self.models: dict[int, Any] = {}
-        self.rows: dict[int, list[np.ndarray]] = {}
-        self.added: dict[int, np.ndarray] = {}
+        self.bases: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.rows: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+        self.added: dict[int, Any] = {}
         self.solves = 0
         for z in outputs.tolist():
-            h = new_highs(threads=1)
-            h.addCols(n, np.zeros(n), np.zeros(n), np.ones(n), 0, _NONE, _NONE, np.zeros(0))
-            added = ((self.start | (x == z) | (y == z)) & ~self.skip if self.lazy
-                     else self.start.copy())
-            self.models[z], self.added[z], self.rows[z] = h, added, []
-            self._add(z, np.flatnonzero(added))
+            self.rows[z] = []
+            if self.dense:
+                others = np.flatnonzero((np.arange(n) != z) & (eps[z] <= CAP))
+                xs = np.concatenate([self.start_x, np.full(others.size, z), others])
+                ys = np.concatenate([self.start_y, others, np.full(others.size, z)])
+                code = np.unique(xs * n + ys)
+                self.added[z] = set()
+                self._note(z, code // n, code % n)
+            else:
+                added = ((self.start | (x == z) | (y == z)) & ~self.skip if self.lazy
+                         else self.start.copy())
+                self.added[z] = added
+                p = np.flatnonzero(added)
+                self._note(z, x[p], y[p], self.eb[p])
+            if self.keep:
+                self.models[z] = self._build(z)
 
-    def _add(self, z: int, p: np.ndarray) -> None:
-        add_ratio_rows(self.models[z], self.x[p], self.y[p], self.eb[p])
-        self.rows[z].append(p)
+    def _note(self, z: int, xs: np.ndarray, ys: np.ndarray, eb: np.ndarray | None = None) -> None:
+        """Record rows ``v[xs] <= eb v[ys]`` of output z's LP (``eb`` from ``eps`` if None)."""
+        if eb is None:
+            eb = np.exp(self.eps[xs, ys])
+            self.added[z].update((xs * self.n + ys).tolist())
+        self.rows[z].append((xs, ys, eb))
+
+    def _build(self, z: int) -> Any:
+        h = new_highs(threads=1)
+        h.addCols(self.n, np.zeros(self.n), np.zeros(self.n), np.ones(self.n), 0, _NONE, _NONE,
+                  np.zeros(0))
+        for xs, ys, eb in self.rows[z]:
+            add_ratio_rows(h, xs, ys, eb)
+        return h
 
     def n_rows(self) -> int:
-        return int(sum(sum(a.size for a in r) for r in self.rows.values()))
+        return int(sum(sum(r[0].size for r in rows) for rows in self.rows.values()))
+
+    def _new_rows(self, z: int, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Violated pairs of output z's column ``v`` not yet in its LP (at most 4N), or None."""
+        if self.dense:
+            assert self.K is not None
+            xs, ys = worst_violations(v, self.K, self.eps, self.tol, cap=CAP)
+            if xs.size:
+                seen = self.added[z]
+                new = np.array([c not in seen for c in (xs * self.n + ys).tolist()], dtype=bool)
+                xs, ys = xs[new], ys[new]
+            if xs.size == 0:
+                return None
+            return xs, ys, np.exp(self.eps[xs, ys])
+        viol = v[self.x] - self.eb * v[self.y]
+        added = self.added[z]
+        bad = np.flatnonzero((viol > self.tol) & ~added & ~self.skip)
+        if bad.size == 0:
+            return None
+        if bad.size > 4 * self.n:
+            bad = bad[np.argpartition(-viol[bad], 4 * self.n)[:4 * self.n]]
+        added[bad] = True
+        return self.x[bad], self.y[bad], self.eb[bad]
 
     def solve(self, z: int, g: np.ndarray) -> tuple[np.ndarray | None, float]:
         """A vertex ``v`` of P of least ``<g, v>`` (pair rows within ``tol``) and a proven lower
@@ -135,10 +209,14 @@ class _Pricer:
         the weak ``sum(min(g, 0))``)."""
         import highspy
 
-        h = self.models[z]
+        if self.keep:
+            h = self.models[z]
+        else:
+            h = self._build(z)
+            if z in self.bases:
+                _set_basis(h, *self.bases[z])
         self.solves += 1
         h.changeColsCost(self.n, np.arange(self.n, dtype=np.int32), g)
-        added = self.added[z]
         while True:
             h.run()
             if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
@@ -147,53 +225,102 @@ class _Pricer:
                 if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
                     log.warning("pricing LP of output %d: %s", z,
                                 h.modelStatusToString(h.getModelStatus()))
+                    self.bases.pop(z, None)
                     return None, float(np.minimum(g, 0.0).sum())
             v = np.clip(np.asarray(h.getSolution().col_value), 0.0, 1.0)
             if not self.lazy:
                 break
-            viol = v[self.x] - self.eb * v[self.y]
-            bad = np.flatnonzero((viol > self.tol) & ~added & ~self.skip)
-            if bad.size == 0:
+            new = self._new_rows(z, v)
+            if new is None:
                 break
-            if bad.size > 4 * self.n:
-                bad = bad[np.argpartition(-viol[bad], 4 * self.n)[:4 * self.n]]
-            added[bad] = True
-            self._add(z, bad)
-        p = np.concatenate(self.rows[z])
+            if self.dense:
+                self._note(z, new[0], new[1], None)
+            else:
+                self.rows[z].append(new)
+            add_ratio_rows(h, *new)
+        xs = np.concatenate([r[0] for r in self.rows[z]])
+        ys = np.concatenate([r[1] for r in self.rows[z]])
+        eb = np.concatenate([r[2] for r in self.rows[z]])
         w = np.clip(-np.asarray(h.getSolution().row_dual), 0.0, None)
-        if w.size != p.size:  # no usable duals: the bound with w = 0 still holds
-            return v, float(np.minimum(g, 0.0).sum())
-        r = g.copy()
-        np.add.at(r, self.x[p], w)
-        np.add.at(r, self.y[p], -self.eb[p] * w)
-        if self.closure is not None:  # v'[y] = max_x v[x] exp(-D[x, y]): in P, and >= v
+        if not self.keep:
+            self.bases[z] = _get_basis(h)
+            del h
+        if w.size != xs.size:  # no usable duals: the bound with w = 0 still holds
+            lb = float(np.minimum(g, 0.0).sum())
+        else:
+            r = g.copy()
+            np.add.at(r, xs, w)
+            np.add.at(r, ys, -eb * w)
+            lb = float(np.minimum(r, 0.0).sum())
+        if self.dense:  # v'[y] = max_x v[x] exp(-eps[x, y]): in P (eps a metric), and >= v
+            assert self.K is not None
+            v = np.minimum(lift(v, self.K), 1.0)
+        elif self.closure is not None:  # the same over the path metric of the pair budgets
             v = np.minimum(np.max(v[:, None] * self.closure, axis=0), 1.0)
-        return v, float(np.minimum(r, 0.0).sum())
+        return v, lb
 
 
-def _start_columns(n: int, x: np.ndarray, y: np.ndarray, b: np.ndarray, eps: np.ndarray,
-                   outputs: np.ndarray) -> list[tuple[int, np.ndarray]]:
+def _get_basis(h: Any) -> tuple[np.ndarray, np.ndarray]:
+    b = h.getBasis()
+    return (np.fromiter((int(s) for s in b.col_status), dtype=np.int8),
+            np.fromiter((int(s) for s in b.row_status), dtype=np.int8))
+
+
+def _set_basis(h: Any, cols: np.ndarray, rows: np.ndarray) -> None:
+    import highspy
+
+    st = [highspy.HighsBasisStatus(k) for k in range(5)]
+    b = highspy.HighsBasis()
+    b.col_status = [st[k] for k in cols.tolist()]
+    b.row_status = [st[k] for k in rows.tolist()]
+    b.valid = True
+    h.setBasis(b)
+
+
+def _near_rows(eps: np.ndarray, k: int, block: int = 512) -> np.ndarray:
+    """(N, k): the k nearest other inputs of each input (row blocks, no N² temporary)."""
+    n = eps.shape[0]
+    k = min(k, n - 1)
+    out = np.empty((n, k), dtype=np.int64)
+    for s in range(0, n, block):
+        e = np.array(eps[s:s + block], dtype=float)
+        e[np.arange(e.shape[0]), np.arange(s, s + e.shape[0])] = np.inf
+        out[s:s + block] = np.argpartition(e, k - 1, axis=1)[:, :k]
+    return out
+
+
+def _start_columns(n: int, x: np.ndarray | None, y: np.ndarray | None, b: np.ndarray | None,
+                   eps: np.ndarray, outputs: np.ndarray,
+                   block: int = 512) -> list[tuple[int, np.ndarray]]:
     """Vertices of P to start from: the uniform column, the exponential mechanism's column and
-    the cone ``exp(-D[:, z])`` (D: shortest paths over the pair budgets)."""
-    g = csr_matrix((b, (y, x)), shape=(n, n))
-    D = shortest_path(g, method="D", directed=True, indices=outputs).T  # noqa: N806  # D[x, k]
-    half = np.where(np.isfinite(eps), eps, np.inf) / 2
-    ex = np.exp(-(half - half.min(axis=1, keepdims=True)))
-    ex /= ex.sum(axis=1, keepdims=True)  # the exponential mechanism (eps/2 in the exponent)
+    the cone ``exp(-D[:, z])`` (D: shortest paths over the pair budgets; ``eps`` itself when
+    every pair is constrained, ``x`` None). Row blocks: no N² temporary."""
+    if x is None:
+        D = np.asarray(eps[:, outputs], dtype=float)  # noqa: N806  # D[x, k]
+    else:
+        g = csr_matrix((b, (y, x)), shape=(n, n))
+        D = shortest_path(g, method="D", directed=True, indices=outputs).T  # noqa: N806
+    ex = np.empty((n, outputs.size))  # the exponential mechanism (eps/2 in the exponent)
+    for s in range(0, n, block):
+        half = np.where(np.isfinite(eps[s:s + block]), eps[s:s + block], np.inf) / 2
+        w = np.exp(-(half - half.min(axis=1, keepdims=True)))
+        ex[s:s + block] = w[:, outputs] / w.sum(axis=1, keepdims=True)
     cols = []
     for k, z in enumerate(outputs.tolist()):
         cols.append((z, np.full(n, 1.0 / n)))
-        cols.append((z, ex[:, z].copy()))
+        cols.append((z, ex[:, k].copy()))
         cols.append((z, np.exp(-(D[:, k] - D[:, k].min()))))
     return cols
 
 
-def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray, y: np.ndarray, b: np.ndarray,
+def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray | None, y: np.ndarray | None,
+                     b: np.ndarray | None,
                      *, group: list[np.ndarray] | None = None, gap: float = 1e-9,
                      time_limit: float | None = None, max_rounds: int = 100_000,
                      alpha: float = 0.5, box: float = 3.0, neighbours: int = 8,
                      tol: float = 1e-10, workers: int = 2, purge_age: int = 10,
-                     start_duals: np.ndarray | None = None, stall: int = 25) -> ColumnResult:
+                     start_duals: np.ndarray | None = None, stall: int = 25,
+                     model_bytes: float = 1.5e9) -> ColumnResult:
     """Solve ``min <cost, T>`` over row-stochastic T with ``T[x, z] <= exp(b) T[y, z]`` on the pairs.
 
     Parameters
@@ -202,8 +329,10 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray, y: np.nda
         ``prior[x] · loss[x, z]``.
     eps : array (N, N)
         Pair budgets (start columns and the lazy pricing models' first rows).
-    x, y, b : arrays
-        The constrained ordered pairs and their budgets (> 0).
+    x, y, b : arrays or None
+        The constrained ordered pairs and their budgets (> 0); None: every pair, with budget
+        ``eps`` (a metric, > 0 off the diagonal), found violated by the separation oracle
+        (:mod:`solvers.channels.separation`) instead of listed.
     group : list of permutations, optional
         A group (containing the identity) under which ``cost``, ``eps`` and the pair set are
         invariant (:func:`solvers.channels.symmetry.invariant_group`); the caller checks it.
@@ -227,13 +356,20 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray, y: np.nda
         Master rounds a column may stay idle before it is dropped from the master.
     start_duals : array (N,), optional
         Multipliers ``u`` to price at first (e.g. interpolated from a coarser grid's solution).
+    model_bytes : float
+        Memory allowed for keeping every pricing LP between rounds (about 700 bytes per
+        variable and row each); above it each LP is rebuilt per solve from its rows and last
+        basis (slower, but the memory stays that of one LP per worker).
     stall : int
         Stop (status ``"Stalled"``) when neither the master's value nor the bound has moved for
         this many rounds: near the solvers' tolerances (relative gaps of about 1e-7 at N = 900)
         the proven bound stops improving.
     """
     n = cost.shape[0]
-    if np.any(b <= 0):
+    if x is None:
+        if any(np.any(np.delete(eps[k], k) <= 0) for k in range(n)):
+            raise ValueError("pairs with budget 0 must be merged before solving (identical rows)")
+    elif b is None or np.any(b <= 0):
         raise ValueError("pairs with budget 0 must be merged before solving (identical rows)")
     if not 0 <= alpha < 1:
         raise ValueError(f"alpha = {alpha}: use 0 <= alpha < 1")
@@ -255,14 +391,14 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray, y: np.nda
         average of v at each orbit's representative."""
         return v[P[:, reps]].mean(axis=0)
 
-    pricer = _Pricer(n, x, y, b, eps, reps, neighbours, tol)
+    pricer = _Pricer(n, x, y, b, eps, reps, neighbours, tol, model_bytes)
     master = new_highs(threads=1)
     master.setOptionValue("small_matrix_value", _SMALL)
     master.setOptionValue("simplex_strategy", 4)  # primal: adding columns keeps the basis feasible
     master.addRows(m, np.ones(m), np.ones(m), 0, _NONE, _NONE, np.zeros(0))  # row sums per orbit
     master.addRows(m, np.full(m, -np.inf), np.ones(m), 0, _NONE, _NONE, np.zeros(0))  # convexity
     scale = np.array([max(float(np.max(np.abs(cost[o]))), 1e-300) for o in reps]) * size
-    pen = box * scale.max() * np.ones(2 * m) if box > 0 else np.zeros(0)
+    pen = box * np.concatenate([scale, scale]) if box > 0 else np.zeros(0)  # per row: priors vary
     ns = pen.size
     slack_idx = np.arange(ns, dtype=np.int32)
     if ns:

@@ -106,7 +106,7 @@ def _constraints(n: int, x: np.ndarray, y: np.ndarray, b: np.ndarray) -> sp.csr_
 def _repair(T: np.ndarray, x: np.ndarray, y: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float]:  # noqa: N803
     """Mix with the uniform matrix so that every constrained pair holds exactly (λ as small as possible)."""
     n = T.shape[0]
-    T = np.clip(T, 0.0, None)  # noqa: N806
+    T = np.clip(T, 0.0, None, out=T)  # noqa: N806  # in place: T is the solver's own array
     T /= T.sum(axis=1, keepdims=True)
     viol = 0.0
     for s in range(0, x.size, 4096):
@@ -119,7 +119,32 @@ def _repair(T: np.ndarray, x: np.ndarray, y: np.ndarray, b: np.ndarray) -> tuple
         raise ValueError("pairs with budget 0 must be merged before solving (identical rows)")
     gain = (np.exp(pos.min()) - 1.0) / n  # the uniform part's slack on the tightest pair
     lam = min(1.0, 1.01 * viol / (viol + gain))
-    return (1 - lam) * T + lam / n, float(lam)
+    T *= 1 - lam
+    T += lam / n
+    return T, float(lam)
+
+
+def _repair_dense(T: np.ndarray, eps: np.ndarray) -> tuple[np.ndarray, float]:  # noqa: N803
+    """:func:`_repair` for every pair of ``eps`` (one input at a time: no pair list, N³ steps)."""
+    n = T.shape[0]
+    T = np.clip(T, 0.0, None, out=T)  # noqa: N806  # in place: T is the solver's own array
+    T /= T.sum(axis=1, keepdims=True)
+    viol, low = 0.0, np.inf
+    with np.errstate(over="ignore", invalid="ignore"):
+        for x in range(n):
+            e = np.delete(eps[x], x)
+            low = min(low, float(e.min()))
+            m = T[x][None, :] - np.exp(e)[:, None] * np.delete(T, x, axis=0)
+            viol = max(viol, float(np.nanmax(m)))
+    if viol <= 0:
+        return T, 0.0
+    if not low > 0:
+        raise ValueError("pairs with budget 0 must be merged before solving (identical rows)")
+    gain = (np.exp(low) - 1.0) / n
+    lam = min(1.0, 1.01 * viol / (viol + gain))
+    T *= 1 - lam
+    T += lam / n
+    return T, float(lam)
 
 
 def _add_pair_rows(h: Any, n: int, xs: np.ndarray, ys: np.ndarray, bs: np.ndarray, zs: np.ndarray) -> None:
@@ -268,11 +293,19 @@ def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
         raise ValueError(f"dilation = {dilation}: a spanner's dilation is >= 1")
     t0 = time.perf_counter()
     graph = None
+    dense = False  # every pair, found by the separation oracle instead of listed
     if method == "lagrangian" and edges is None and n > 2:
         graph = graph_edges(e)  # exact: the metric is the path metric of these edges
         if graph is not None:
             edges, dilation = graph, 1.0
-    x, y, b = constraint_pairs(e, edges, dilation)
+        else:
+            dense = bool(np.all(np.isfinite(e)))
+    if dense:
+        x = y = b = None
+        n_pairs = n * (n - 1)
+    else:
+        x, y, b = constraint_pairs(e, edges, dilation)
+        n_pairs = int(x.size)
     c = (pi[:, None] * L).ravel()
     build = time.perf_counter() - t0
     t1 = time.perf_counter()
@@ -289,7 +322,7 @@ def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
 
         cost = c.reshape(n, n)
         group = invariant_group(list(symmetries), [e, cost]) if symmetries else None
-        if group is not None and edges is not None:  # the pair set must be invariant too
+        if group is not None and edges is not None and x is not None:  # pair set invariant too
             pairs = np.zeros((n, n), dtype=bool)
             pairs[x, y] = True
             group = invariant_group(group, [pairs])
@@ -298,7 +331,7 @@ def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
                               max_rounds=100_000 if max_rounds is None else max_rounds,
                               workers=workers, start_duals=start_duals)
         Tx, fun, rows, lower = cl.T, cl.objective, cl.pricing_rows, cl.lower_bound  # noqa: N806
-        info: dict[str, Any] = {"status": cl.status, "rounds": cl.rounds, "pairs": int(x.size),
+        info: dict[str, Any] = {"status": cl.status, "rounds": cl.rounds, "pairs": n_pairs,
                 "lower_bound": cl.lower_bound, "columns": cl.columns,
                 "group_order": cl.group_order, "outputs_priced": cl.outputs_priced,
                 "pricing_solves": cl.pricing_solves, "pricing_seconds": cl.pricing_seconds,
@@ -341,8 +374,9 @@ def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
     if "ptimal" not in str(info["status"]) and info["status"] not in ("Gap reached", "Stalled"):
         log.warning("the LP stopped before optimality (%s): the repaired T is private but its loss "
                     "may be far from optimal", info["status"])
-    T, lam = _repair(Tx, x, y, b)  # noqa: N806
+    Tx = np.array(Tx, dtype=float, copy=not Tx.flags.owndata or not Tx.flags.writeable)  # noqa: N806
+    T, lam = _repair_dense(Tx, e) if x is None else _repair(Tx, x, y, b)  # noqa: N806
     T.setflags(write=False)
-    return LPResult(T=T, expected_loss=float(np.sum(pi[:, None] * T * L)), lp_objective=fun,
+    return LPResult(T=T, expected_loss=float(np.einsum("x,xz,xz->", pi, T, L)), lp_objective=fun,
                     n_constraints=rows, solve_seconds=solve, build_seconds=build, repair_weight=lam,
                     info=info, lower_bound=float(lower))

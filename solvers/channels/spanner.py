@@ -109,7 +109,11 @@ def graph_edges(D: Any, neighbours: int = 8, rtol: float = 1e-12) -> tuple[np.nd
     if d.shape != (n, n) or not np.all(np.isfinite(d)) or n < 2:
         return None
     k = min(neighbours, n - 1)
-    order = np.argsort(np.where(np.eye(n, dtype=bool), np.inf, d), axis=1, kind="stable")[:, :k]
+    order = np.empty((n, k), dtype=np.int64)  # each point's k nearest others (row blocks)
+    for s in range(0, n, 512):
+        e = np.array(d[s:s + 512])
+        e[np.arange(e.shape[0]), np.arange(s, s + e.shape[0])] = np.inf
+        order[s:s + 512] = np.argpartition(e, k - 1, axis=1)[:, :k]
     a = np.repeat(np.arange(n), k)
     b = order.ravel()
     i, j = np.minimum(a, b), np.maximum(a, b)
@@ -126,7 +130,8 @@ def graph_edges(D: Any, neighbours: int = 8, rtol: float = 1e-12) -> tuple[np.nd
     if np.any(d[i, j] <= 0):
         return None
     g = coo_matrix((d[i, j], (i, j)), shape=(n, n)).tocsr()
-    paths = shortest_path(g, directed=False)
-    if not np.all(paths <= d * (1 + rtol) + 1e-300):
-        return None
+    for s in range(0, n, 256):  # every pair's path, a block of sources at a time
+        paths = shortest_path(g, directed=False, indices=np.arange(s, min(s + 256, n)))
+        if not np.all(paths <= d[s:s + 256] * (1 + rtol) + 1e-300):
+            return None
     return i.astype(np.int64), j.astype(np.int64)
