@@ -106,7 +106,8 @@ def one(setting: str, pts: np.ndarray, metric: str, eps_unit: float, loss: str, 
         seed: int, check_all_max: int = 2500) -> dict:
     load0 = _load()
     d = cdist(pts, pts)
-    eps = eps_unit * (cdist(pts, pts, "cityblock") if metric == "manhattan" else d)
+    eps = cdist(pts, pts, "cityblock") if metric == "manhattan" else d.copy()
+    eps *= eps_unit  # (in place: N² floats each)
     L = d if loss == "distance" else d ** 2  # noqa: N806
     t0 = time.perf_counter()
     r = solve_dx_lp(eps, L, prior, method="lagrangian", gap=gap, time_limit=time_limit,

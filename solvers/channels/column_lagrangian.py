@@ -65,6 +65,9 @@ _NONE = np.zeros(0, dtype=np.int32)
 
 _SMALL = 1e-12  # HiGHS's smallest matrix value (it drops smaller entries)
 
+#: Above this many inputs the columns kept for building T are stored in single precision.
+SINGLE_ABOVE = 4096
+
 #: Largest pair budget (nats) put into a pricing LP; pairs above it are met by lifting the column.
 CAP = 23.0
 
@@ -406,6 +409,9 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray | None, y:
                        np.tile(np.arange(m, dtype=np.int32), 2), np.repeat([1.0, -1.0], m))
     col_k: list[int] = []
     col_v: list[np.ndarray] = []
+    # the columns kept for building T: single precision above 4 096 inputs (half the memory;
+    # the rounding, about 1e-7 of each entry, is repaired and checked like any other error)
+    store = np.float32 if n > SINGLE_ABOVE else np.float64
     age: list[int] = []
 
     def column(k: int, v: np.ndarray) -> tuple[float, np.ndarray]:
@@ -424,7 +430,7 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray | None, y:
                        np.zeros(1, dtype=np.int32), np.append(idx, m + k).astype(np.int32),
                        np.append(a[idx], 1.0))
         col_k.append(k)
-        col_v.append(v)
+        col_v.append(v.astype(store))
         age.append(0)
 
     k_of = {int(z): k for k, z in enumerate(reps.tolist())}
@@ -520,7 +526,7 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray | None, y:
     W = np.zeros((n, m))  # noqa: N806  # column of each output orbit's representative
     for k, v, lm in zip(col_k, col_v, lam, strict=True):
         if lm > 0:
-            W[:, k] += lm * v
+            W[:, k] += lm * v.astype(float)
     stab = G / size  # stabiliser order of each orbit
     T = np.zeros((n, n))  # noqa: N806
     for p in P:  # T[p[x], p[z]] = T[x, z]: every image of each representative column

@@ -243,7 +243,8 @@ def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
         also optimal). ``"direct"`` passes every constraint at once to
         ``scipy.optimize.linprog`` (small N; an independent check).
     neighbours : int
-        Start set of the cutting planes.
+        Start set of the cutting planes, and of the pricing LPs of ``"lagrangian"`` when every
+        pair is constrained (the pairs of each input with this many nearest inputs).
     max_rounds : int, optional
         Round limit (default 200 cutting-plane rounds, 100 000 Dantzig–Wolfe rounds); the result
         is then private but maybe not optimal, like with ``time_limit``.
@@ -329,7 +330,7 @@ def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
         cl = solve_by_columns(cost, e, x, y, b, group=group, gap=1e-6 if gap is None else gap,
                               time_limit=time_limit,
                               max_rounds=100_000 if max_rounds is None else max_rounds,
-                              workers=workers, start_duals=start_duals)
+                              workers=workers, start_duals=start_duals, neighbours=neighbours)
         Tx, fun, rows, lower = cl.T, cl.objective, cl.pricing_rows, cl.lower_bound  # noqa: N806
         info: dict[str, Any] = {"status": cl.status, "rounds": cl.rounds, "pairs": n_pairs,
                 "lower_bound": cl.lower_bound, "columns": cl.columns,
