@@ -48,8 +48,8 @@ NAME = "local_optimal_scale"
 COLUMNS = ["setting", "N", "metric", "loss", "prior", "eps_per_unit", "target_gap", "time_limit",
            "seconds", "expected_loss", "lower_bound", "gap", "status", "rounds", "pairs",
            "graph_edges", "group_order", "plain_seconds", "plain_loss", "plain_status",
-           "planar_loss", "planar_se", "ratio_planar", "private", "checked", "worst_ratio", "check_seconds", "peak_rss_gb",
-           "load_start", "load_end"]
+           "planar_loss", "planar_se", "ratio_planar", "private", "checked", "worst_ratio",
+           "check_seconds", "peak_rss_gb", "load_start", "load_end"]
 
 
 def grid_points(side: int) -> np.ndarray:

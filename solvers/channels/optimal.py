@@ -13,9 +13,11 @@ edges, each edge's budget divided by the dilation δ, :mod:`solvers.channels.spa
 the spanner between x and x' has budget at most ``δ·eps[x, x'] / δ``, so the solution is still
 ``eps``-private for every pair, with far fewer constraints (Bordenabe et al. §5).
 
-The LP is solved by HiGHS, by default by Dantzig–Wolfe column generation over the rays of the
-privacy cone (:mod:`solvers.channels.dantzig_wolfe`; exact, certified by a Lagrangian bound), or with
-cutting planes (constraints added while violated; exact), or all at once with
+The LP is solved by HiGHS, by default decomposed by output column
+(:mod:`solvers.channels.column_lagrangian`; certified by a proven lower bound), or by
+Dantzig–Wolfe column generation over the rays of the privacy cone
+(:mod:`solvers.channels.dantzig_wolfe`), or with cutting planes (constraints added while
+violated; exact), or all at once with
 ``scipy.optimize.linprog``. Its small feasibility errors are repaired by
 mixing in the uniform matrix with the least weight that makes every constraint hold exactly, and
 the caller re-checks the result over all triples (:func:`dprivacy.local.optimal_randomiser`
@@ -41,7 +43,11 @@ from solvers.channels.dantzig_wolfe import dantzig_wolfe
 from solvers.channels.lp_parts import add_ratio_rows, nearest_pairs, new_highs
 from solvers.channels.spanner import graph_edges
 
-__all__ = ["LPResult", "solve_dx_lp", "constraint_pairs"]
+__all__ = ["LPResult", "solve_dx_lp", "constraint_pairs", "HIGHS_MAX_NATS"]
+
+#: The largest pair budget (nats) the methods that put ``exp(budget)`` into HiGHS's matrix take:
+#: HiGHS rejects matrix values above 1e15 = exp(34.5).
+HIGHS_MAX_NATS = 34.0
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +212,7 @@ def _cutting_planes(c: np.ndarray, n: int, x: np.ndarray, y: np.ndarray, b: np.n
 
 def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
                 edges: tuple[np.ndarray, np.ndarray] | None = None, dilation: float = 1.0,
-                method: str = "dantzig_wolfe", neighbours: int = 8, max_rounds: int | None = None,
+                method: str = "lagrangian", neighbours: int = 8, max_rounds: int | None = None,
                 time_limit: float | None = None, lp_solver: str = "simplex",
                 pricing_batch: int | None = None, gap: float | None = None,
                 symmetries: list[np.ndarray] | None = None, workers: int = 2,
@@ -226,7 +232,7 @@ def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
     dilation : float
         The spanner's dilation δ (>= 1).
     method : "lagrangian", "dantzig_wolfe", "cutting_planes" or "direct"
-        ``"lagrangian"`` decomposes the LP by output column
+        ``"lagrangian"`` (default) decomposes the LP by output column
         (:func:`solvers.channels.column_lagrangian.solve_by_columns`): one small LP per output
         (per orbit of outputs under ``symmetries``), coordinated by a master over the row sums,
         stopped when the master's value is within ``gap`` of a lower bound computed from the
@@ -234,14 +240,17 @@ def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
         budget matrix is the path metric of a sparse graph
         (:func:`solvers.channels.spanner.graph_edges`, e.g. a grid under the Manhattan distance)
         only that graph's edges are constrained, each with its full budget: exact, not a spanner.
-        ``"dantzig_wolfe"`` (default) generates the columns of T as rays of the privacy cone
+        ``"dantzig_wolfe"`` generates the columns of T as rays of the privacy cone
         (:func:`solvers.channels.dantzig_wolfe.dantzig_wolfe`): a master LP with N rows plus one
         small pricing LP per output, stopped when the master's value meets a Lagrangian lower
         bound (relative gap 1e-9), so the result is optimal for the full LP. ``"cutting_planes"``
         solves the LP in all N² variables from the pairs of each input with its ``neighbours``
         nearest inputs, adding violated constraints until none is violated (HiGHS, warm-started;
         also optimal). ``"direct"`` passes every constraint at once to
-        ``scipy.optimize.linprog`` (small N; an independent check).
+        ``scipy.optimize.linprog`` (small N; an independent check). The last three put
+        ``exp(budget)`` into HiGHS's matrix, so they refuse budgets above ``HIGHS_MAX_NATS``
+        (HiGHS rejects coefficients above 1e15); ``"lagrangian"`` keeps such pairs out of its
+        LPs and meets them by lifting its columns, so it takes any budget.
     neighbours : int
         Start set of the cutting planes, and of the pricing LPs of ``"lagrangian"`` when every
         pair is constrained (the pairs of each input with this many nearest inputs).
@@ -301,8 +310,9 @@ def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
             edges, dilation = graph, 1.0
         else:
             dense = bool(np.all(np.isfinite(e)))
-    if dense:
-        x = y = b = None
+    if dense:  # (no pair list: the column solver finds the violated pairs)
+        x = y = np.zeros(0, dtype=np.int64)
+        b = np.zeros(0)
         n_pairs = n * (n - 1)
     else:
         x, y, b = constraint_pairs(e, edges, dilation)
@@ -317,17 +327,22 @@ def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
         raise ValueError(f"lp_solver = {lp_solver!r}: use 'simplex' or 'ipm'")
     if gap is not None and not (0 <= gap < 1):
         raise ValueError(f"gap = {gap}: give a relative gap in [0, 1)")
+    if method != "lagrangian" and b.size and float(b.max()) > HIGHS_MAX_NATS:
+        raise ValueError(f"method = {method!r} cannot take pair budgets above {HIGHS_MAX_NATS} "
+                         f"nats (the largest is {float(b.max()):.4g}): HiGHS rejects the "
+                         "coefficient exp(budget); use method='lagrangian'")
     lower = -np.inf
     if method == "lagrangian":
         from solvers.channels.symmetry import invariant_group
 
         cost = c.reshape(n, n)
         group = invariant_group(list(symmetries), [e, cost]) if symmetries else None
-        if group is not None and edges is not None and x is not None:  # pair set invariant too
+        if group is not None and edges is not None and not dense:  # pair set invariant too
             pairs = np.zeros((n, n), dtype=bool)
             pairs[x, y] = True
             group = invariant_group(group, [pairs])
-        cl = solve_by_columns(cost, e, x, y, b, group=group, gap=1e-6 if gap is None else gap,
+        listed = (None, None, None) if dense else (x, y, b)
+        cl = solve_by_columns(cost, e, *listed, group=group, gap=1e-6 if gap is None else gap,
                               time_limit=time_limit,
                               max_rounds=100_000 if max_rounds is None else max_rounds,
                               workers=workers, start_duals=start_duals, neighbours=neighbours)
@@ -376,7 +391,7 @@ def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
         log.warning("the LP stopped before optimality (%s): the repaired T is private but its loss "
                     "may be far from optimal", info["status"])
     Tx = np.array(Tx, dtype=float, copy=not Tx.flags.owndata or not Tx.flags.writeable)  # noqa: N806
-    T, lam = _repair_dense(Tx, e) if x is None else _repair(Tx, x, y, b)  # noqa: N806
+    T, lam = _repair_dense(Tx, e) if dense else _repair(Tx, x, y, b)  # noqa: N806
     T.setflags(write=False)
     return LPResult(T=T, expected_loss=float(np.einsum("x,xz,xz->", pi, T, L)), lp_objective=fun,
                     n_constraints=rows, solve_seconds=solve, build_seconds=build, repair_weight=lam,

@@ -92,7 +92,8 @@ def worst_violations(v: np.ndarray, K: np.ndarray, eps: np.ndarray, tol: float, 
     return x[keep], y[keep]
 
 
-def violations(v: np.ndarray, eps: np.ndarray, tol: float, block: int = BLOCK) -> tuple[np.ndarray, np.ndarray]:
+def violations(v: np.ndarray, eps: np.ndarray, tol: float,
+               block: int = BLOCK) -> tuple[np.ndarray, np.ndarray]:
     """Every pair ``(x, y)``, x != y, with ``v[x] - exp(eps[x, y]) v[y] > tol`` (brute force)."""
     v = np.asarray(v, dtype=float)
     n = v.size

@@ -10,8 +10,14 @@ from scipy.spatial.distance import cdist
 
 from solvers.channels.column_lagrangian import solve_by_columns
 from solvers.channels.optimal import constraint_pairs, solve_dx_lp
-from solvers.channels.separation import (check_all_pairs, check_edges, kernel, lift, violations,
-                                         worst_violations)
+from solvers.channels.separation import (
+    check_all_pairs,
+    check_edges,
+    kernel,
+    lift,
+    violations,
+    worst_violations,
+)
 
 
 def _brute(v: np.ndarray, eps: np.ndarray, tol: float) -> set[tuple[int, int]]:

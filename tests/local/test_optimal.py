@@ -82,7 +82,7 @@ def test_column_generation_matches_cutting_planes_and_direct_with_a_prior() -> N
     d = cdist(pts, pts)
     eps = 0.7 * d
     prior = rng.dirichlet(np.ones(14))
-    dw = solve_dx_lp(eps, d ** 2, prior)
+    dw = solve_dx_lp(eps, d ** 2, prior, method="dantzig_wolfe")
     cp = solve_dx_lp(eps, d ** 2, prior, method="cutting_planes")
     direct = solve_dx_lp(eps, d ** 2, prior, method="direct")
     assert dw.info["status"] == "Optimal" and dw.repair_weight < 1e-6
@@ -183,3 +183,44 @@ def test_purging_idle_columns_keeps_the_optimum(purge_age: int | None) -> None:
     assert np.allclose(r.T.sum(axis=1), 1.0, atol=1e-9) and _triples_ok(r.T, eps * (1 + 1e-7))
     with pytest.raises(ValueError, match="purge_age"):
         dantzig_wolfe(d / 16, eps, x, y, b, purge_age=0)
+
+
+def _scaled_plain_lp(eps: np.ndarray, loss: np.ndarray) -> float:
+    """The plain LP with each pair row written ``exp(-b/2) T[x, z] <= exp(b/2) T[x', z]``, so that
+    budgets up to ~40 nats stay inside HiGHS's coefficient range (an independent formulation)."""
+    import scipy.sparse as sps
+    from scipy.optimize import linprog
+
+    n = eps.shape[0]
+    x, y = np.nonzero(~np.eye(n, dtype=bool))
+    b = eps[x, y]
+    p = x.size
+    rows = np.repeat(np.arange(p * n), 2)
+    z = np.tile(np.arange(n), p)
+    cols = np.column_stack([np.repeat(x, n) * n + z, np.repeat(y, n) * n + z]).ravel()
+    vals = np.column_stack([np.exp(-np.repeat(b, n) / 2), -np.exp(np.repeat(b, n) / 2)]).ravel()
+    A = sps.csr_matrix((vals, (rows, cols)), shape=(p * n, n * n))  # noqa: N806
+    E = sps.kron(sps.identity(n), np.ones((1, n)), format="csr")  # noqa: N806
+    res = linprog(loss.ravel() / n, A_ub=A, b_ub=np.zeros(p * n), A_eq=E, b_eq=np.ones(n),
+                  bounds=(0, None), method="highs")
+    assert res.status == 0
+    return float(res.fun)
+
+
+def test_large_budgets_default_method_against_a_plain_lp() -> None:
+    """Budgets up to 40 nats (beyond HiGHS's exp(budget) range): the default method matches a
+    plain LP written with split exponents; the HiGHS-matrix methods refuse instead of returning a
+    near-uniform channel."""
+    rng = np.random.default_rng(0)
+    pts = rng.uniform(0, 1000, size=(12, 2))
+    d = cdist(pts, pts)
+    eps = d * (40.0 / d.max())
+    plain = _scaled_plain_lp(eps, d)
+    r = solve_dx_lp(eps, d, gap=1e-7)
+    assert r.info["status"] in ("Gap reached", "Stalled", "Optimal")
+    assert _triples_ok(r.T, eps) and check_dx(r.T, eps).ok
+    assert r.lower_bound <= plain * (1 + 1e-7)
+    assert r.expected_loss == pytest.approx(plain, rel=1e-5)
+    for m in ("dantzig_wolfe", "cutting_planes", "direct"):
+        with pytest.raises(ValueError, match="lagrangian"):
+            solve_dx_lp(eps, d, method=m)
