@@ -173,12 +173,23 @@ class LocalProcesses:
 
 
 class DaskEngine:
-    """Full scans as Dask tasks, one per part, on the cluster of ``client``.
+    """Full scans as Dask tasks, one per part, on the cluster of ``client``; pruned scans of
+    sets with a geometric index as seed and walk tasks (module docstring).
+
+    The data of a pruned scan (index, F's columns, node ranges, budgets) stays on the workers
+    from one scan to the next while the same set and F are scanned (one design); use the engine
+    as a context manager, or call :meth:`release`, to drop it.
 
     Parameters
     ----------
     client : a ``distributed.Client`` (e.g. on a ``LocalCluster`` or a remote scheduler).
     parts_per_worker : parts per worker.
+
+    Examples
+    --------
+    >>> import distributed  # doctest: +SKIP
+    >>> with distributed.Client(n_workers=2) as client, DaskEngine(client) as engine:  # doctest: +SKIP
+    ...     result = solvers.design(F, constraints, method="exact", engine=engine)
     """
 
     strategy = "dask"

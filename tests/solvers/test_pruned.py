@@ -166,3 +166,21 @@ def test_every_method_feasible_over_all_pairs_and_same_optimum(method, loss, n):
         ratio = np.where(loss == 0, 0.0, loss / eps)
     assert ratio[np.triu_indices(N, 1)].max() <= 1 + 1e-12  # every pair, by brute force
     assert r.objective == pytest.approx(r0.objective, rel=1e-9)
+
+
+def test_neighbour_pairs_in_chunks_equal_one_query(monkeypatch):
+    """The nearest-neighbour seed pairs are the same whether queried at once or in chunks."""
+    from scipy.spatial import cKDTree
+
+    import solvers.pruned as pr
+
+    P = np.random.default_rng(5).random((700, 2))
+    P[10] = P[11]  # a duplicate point
+    monkeypatch.setattr(pr, "_NN_CHUNK", 64)
+    i, j = pr.GeometricIndex(P, 1.0).neighbour_pairs()
+    nb = cKDTree(P).query(P, k=5)[1]
+    a = np.repeat(np.arange(700), 4)
+    b = nb[:, 1:].ravel()
+    ok = a != b
+    want = np.unique(np.minimum(a[ok], b[ok]) * 700 + np.maximum(a[ok], b[ok]))
+    np.testing.assert_array_equal(i * 700 + j, want)
