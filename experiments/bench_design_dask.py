@@ -194,7 +194,9 @@ def plot(df: Any, path: Path) -> None:
     ax[0].text(ax[0].get_xlim()[0], 900, " 15 min", va="bottom", fontsize=7, color="grey")
     ax[0].set_xlabel("N (points)")
     ax[0].set_ylabel("seconds")
-    ax[0].set_title("exact design, m = 10, and its pair bound", fontsize=9)
+    loads = df[["load_start", "load_end"]].to_numpy(float) if "load_start" in df else np.zeros(1)
+    ax[0].set_title(f"exact design, m = 10, and its pair bound (load average "
+                    f"{np.nanmin(loads):.0f}-{np.nanmax(loads):.0f} on 2 cores)", fontsize=9)
     ax[0].grid(True, which="both", alpha=0.3)
     ax[0].legend(fontsize=7)
     g = df[df.cell == "dask"].sort_values("N") if "worker_peak_gib_design" in df else df[:0]
