@@ -10,6 +10,11 @@ per row), each the median of a few runs. Each measured cost is multiplied by ``c
 (4 by default: the margin for a machine busier than at start) and the larger of it and the
 configured value is used. The measurement is logged for the owner; it depends on the machine,
 never on the data.
+
+A service with Spark sources measures Spark the same way
+(:func:`dprivacy.service.spark_sources.measure_spark`: ProPer counts on Spark with the budgets
+in a temporary SparkBudgetTable, on 10⁶ synthetic rows) and raises ``[spark]``
+``base_seconds`` and ``row_seconds`` likewise (``step_seconds`` stays as configured).
 """
 
 from __future__ import annotations
@@ -73,4 +78,15 @@ def calibrated(cfg: ServiceConfig) -> ServiceConfig:
     log.warning("calibrated at start: %.4f s per query and step, %.3g s per row (measured, "
                 "times %g); using base_seconds = %.4f, row_seconds = %.3g", base, per_row,
                 cfg.calibrate_factor, out.base_seconds, out.row_seconds)
+    if out.spark is not None and "spark" in out.engines():
+        from dprivacy.service.spark_sources import measure_spark, spark_session
+
+        sb, sr = measure_spark(spark_session(out.spark))
+        f = cfg.calibrate_factor
+        sp = replace(out.spark, base_seconds=max(out.spark.base_seconds, f * sb),
+                     row_seconds=max(out.spark.row_seconds, f * sr))
+        out = replace(out, spark=sp)
+        log.warning("calibrated Spark at start: %.4f s per query and step, %.3g s per row "
+                    "(measured, times %g); using base_seconds = %.4f, row_seconds = %.3g", sb, sr,
+                    f, sp.base_seconds, sp.row_seconds)
     return out

@@ -29,6 +29,7 @@ Example (``service.toml``; paths are relative to the file)::
     # query_seconds = 2.0      # this source's own deadline (the largest in a plan applies)
     # max_rows = 5000000       # the owner's cap on the source's rows (checked at start: a
     #                          # source above its cap is refused, never truncated)
+    # engine = "spark"         # read through Spark (see [spark]); default "duckdb"
     # [source.release]         # d_X releases: the owner's universe and metric (see
     # universe = "cities.csv"  # dprivacy.service.releases)
     # key = ["city"]
@@ -42,6 +43,20 @@ Example (``service.toml``; paths are relative to the file)::
     # sources = ["people"]     # default: every source
     # share = 0.25             # the analyst's reserved share of the engine (default: an
     #                          # equal split of what the other analysts' shares leave)
+
+    [spark]                    # only for sources with engine = "spark"
+    master = "local[2]"        # or a cluster: "spark://host:7077", "yarn", "k8s://..."
+    budget_dir = "budgets"     # ProPer budgets of Spark sources: a directory that the service
+                               # and every executor see (a shared POSIX file system)
+    driver_memory = "1g"
+    conf = { "spark.executor.memory" = "4g" }   # any other Spark setting
+    base_seconds = 1.0         # Spark's fixed cost of a query (one job: the steps are
+    step_seconds = 0.02        # compiled together, each costs only this)
+    row_seconds = 1e-6         # Spark's cost of one row of work
+    max_work_rows = 2000000    # the most rows one plan on Spark sources may process
+
+A Spark source's ``path`` may be a URL that Spark reads (``s3a://``, ``hdfs://``); without
+``path``, ``table`` names a table of Spark's catalogue.
 
 The work bound, the deadlines and the lanes are explained in
 :mod:`dprivacy.service.workbound` and :mod:`dprivacy.service.lanes`.
@@ -60,7 +75,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dprivacy.errors import ConfigError
+from dprivacy.errors import ConfigError, ValidationError
 from dprivacy.service.releases import ReleaseSpec, parse_release
 
 __all__ = ["SourceConfig", "AnalystConfig", "ServiceConfig", "load_config", "parse_config"]
@@ -68,6 +83,7 @@ __all__ = ["SourceConfig", "AnalystConfig", "ServiceConfig", "load_config", "par
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 _HEX = re.compile(r"^[0-9a-f]{64}$")
 _MAX_FILE = 1 << 20
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 @dataclass(frozen=True)
@@ -86,16 +102,39 @@ class SourceConfig:
     #: PINQ: "pure" (the budget is ε) or "zcdp" (the budget is rho: a table in zCDP mode)
     notion: str = "pure"
     max_rows: int = 100_000
+    #: "duckdb" (in the service's process) or "spark" (through the [spark] session)
+    engine: str = "duckdb"
+    #: a Spark source's location as Spark reads it (a URL, or the resolved local path); None
+    #: for a table of Spark's catalogue
+    url: str | None = None
 
     @property
     def format(self) -> str:
-        """``"parquet"``, ``"csv"`` or ``"duckdb"`` (from the file name)."""
-        suffix = self.path.suffix.lower()
+        """``"parquet"``, ``"csv"``, ``"duckdb"`` (from the file name) or ``"catalog"`` (a
+        Spark source without a path: a table of Spark's catalogue)."""
+        if self.engine == "spark" and self.url is None:
+            return "catalog"
+        suffix = Path(self.url if self.url is not None else self.path).suffix.lower()
         if suffix in (".csv", ".tsv"):
             return "csv"
         if suffix in (".duckdb", ".db", ".ddb"):
             return "duckdb"
         return "parquet"
+
+
+@dataclass(frozen=True)
+class SparkConfig:
+    """The ``[spark]`` table: the Spark session of the sources with ``engine = "spark"``, where
+    their personal budgets live, and Spark's own calibrated costs (see the module doc)."""
+
+    budget_dir: Path
+    master: str = "local[2]"
+    driver_memory: str = "1g"
+    conf: tuple[tuple[str, str], ...] = ()
+    base_seconds: float = 1.0
+    step_seconds: float = 0.02
+    row_seconds: float = 1e-6
+    max_work_rows: int = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -134,6 +173,28 @@ class ServiceConfig:
     calibrate: bool = False
     calibrate_factor: float = 4.0
     extra: dict[str, Any] = field(default_factory=dict)
+    spark: SparkConfig | None = None
+
+    def engine_of(self, names: Any) -> str:
+        """The engine of the sources ``names`` (one plan reads sources of one engine)."""
+        engines = {s.engine for s in self.sources if s.name in names}
+        if len(engines) > 1:
+            raise ValidationError("a plan reads sources of one engine: these sources are "
+                                  "served by DuckDB and by Spark")
+        return engines.pop() if engines else "duckdb"
+
+    def costs(self, engine: str = "duckdb") -> tuple[float, float, float, int]:
+        """``(base_seconds, step_seconds, row_seconds, max_work_rows)`` of ``engine``: the
+        service's own for DuckDB (a step costs ``base_seconds`` there), those of ``[spark]``
+        for Spark."""
+        if engine == "spark" and self.spark is not None:
+            sp = self.spark
+            return sp.base_seconds, sp.step_seconds, sp.row_seconds, sp.max_work_rows
+        return self.base_seconds, self.base_seconds, self.row_seconds, self.max_work_rows
+
+    def engines(self) -> set[str]:
+        """The engines of the configured sources."""
+        return {s.engine for s in self.sources}
 
     def source(self, name: str) -> SourceConfig | None:
         """The source called ``name`` (None if there is none)."""
@@ -177,7 +238,7 @@ def _positive(x: Any, what: str, *, integer: bool = False) -> Any:
 
 def parse_config(doc: dict[str, Any], base: Path, default_state: Path) -> ServiceConfig:
     """A :class:`ServiceConfig` from a parsed TOML document (paths relative to ``base``)."""
-    _take(doc, {"service": dict, "source": list, "analyst": list}, "config")
+    _take(doc, {"service": dict, "source": list, "analyst": list, "spark": dict}, "config")
     svc = doc.get("service", {})
     num = (int, float)
     _take(svc, {"state_dir": str, "query_seconds": num, "max_body_bytes": int,
@@ -193,8 +254,15 @@ def parse_config(doc: dict[str, Any], base: Path, default_state: Path) -> Servic
             raise ConfigError(f"{where}: expected a table")
         _take(s, {"name": str, "path": str, "kind": str, "id": str, "budget": num,
                   "budget_column": str, "table": str, "query_seconds": num,
-                  "release": dict, "notion": str, "max_rows": int}, where)
-        for k in ("name", "path", "kind"):
+                  "release": dict, "notion": str, "max_rows": int, "engine": str}, where)
+        engine = s.get("engine", "duckdb")
+        if engine not in ("duckdb", "spark"):
+            raise ConfigError(f"{where}: engine {engine!r}: expected 'duckdb' or 'spark'")
+        if engine == "spark" and "spark" not in doc:
+            raise ConfigError(f"{where}: a Spark source needs a [spark] table (its master and "
+                              "the directory of its budgets)")
+        for k in ("name", "kind") if engine == "spark" and "table" in s else ("name", "path",
+                                                                              "kind"):
             if k not in s:
                 raise ConfigError(f"{where}: {k} is required")
         if not _NAME.match(s["name"]):
@@ -226,8 +294,12 @@ def parse_config(doc: dict[str, Any], base: Path, default_state: Path) -> Servic
                 raise ConfigError(f"{where}: notion is for PINQ sources (ProPer budgets are "
                                   "pure ε)")
         qs = s.get("query_seconds")
+        url, path = None, s.get("path")
+        if engine == "spark" and path is not None:
+            url = path if _URL.match(path) else str((base / path).resolve())
+        local = base if path is None or _URL.match(path) else (base / path).resolve()
         src = SourceConfig(
-            name=s["name"], path=(base / s["path"]).resolve(), kind=s["kind"],
+            name=s["name"], path=local, kind=s["kind"], engine=engine, url=url,
             budget=None if budget is None else float(budget), id=s.get("id"),
             budget_column=s.get("budget_column"), table=s.get("table"),
             query_seconds=None if qs is None else _positive(qs, f"{where}: query_seconds"),
@@ -237,6 +309,9 @@ def parse_config(doc: dict[str, Any], base: Path, default_state: Path) -> Servic
                                integer=True))
         if src.format == "duckdb" and src.table is None:
             raise ConfigError(f"{where}: a DuckDB database needs table (the table's name)")
+        if engine == "spark" and src.format == "duckdb":
+            raise ConfigError(f"{where}: a Spark source reads Parquet, CSV or a table of Spark's "
+                              "catalogue, not a DuckDB database")
         sources.append(src)
     if not sources:
         raise ConfigError("config: no [[source]]")
@@ -270,9 +345,12 @@ def parse_config(doc: dict[str, Any], base: Path, default_state: Path) -> Servic
         raise ConfigError(f"[[analyst]] shares add up to {declared:g}: the shares are parts of "
                           "one engine (at most 1 in total, less if an analyst has none)")
     state = Path(svc["state_dir"]) if "state_dir" in svc else default_state
+    state_dir = (base / state).resolve()
+    spark = _spark(doc["spark"], base, state_dir) if "spark" in doc else None
     return ServiceConfig(
+        spark=spark,
         sources=tuple(sources), analysts=tuple(analysts),
-        state_dir=(base / state).resolve(),
+        state_dir=state_dir,
         query_seconds=_positive(svc.get("query_seconds", 1.0), "query_seconds"),
         max_body_bytes=_positive(svc.get("max_body_bytes", 65536), "max_body_bytes", integer=True),
         max_plan_steps=_positive(svc.get("max_plan_steps", 32), "max_plan_steps", integer=True),
@@ -290,6 +368,39 @@ def parse_config(doc: dict[str, Any], base: Path, default_state: Path) -> Servic
         calibrate=svc.get("calibrate", False),
         calibrate_factor=_positive(svc.get("calibrate_factor", 4.0), "calibrate_factor"),
     )
+
+
+def _spark(d: dict[str, Any], base: Path, state_dir: Path) -> SparkConfig:
+    """The ``[spark]`` table (budget_dir relative to ``base``; default: in the state
+    directory)."""
+    num = (int, float)
+    _take(d, {"master": str, "budget_dir": str, "driver_memory": str, "conf": dict,
+              "base_seconds": num, "step_seconds": num, "row_seconds": num,
+              "max_work_rows": int}, "[spark]")
+    conf: dict[str, str] = {}
+    for k, v in d.get("conf", {}).items():
+        if not isinstance(v, (str, int, float)):
+            raise ConfigError(f"[spark] conf: {k} must be a string, a number or a boolean")
+        conf[str(k)] = str(v).lower() if isinstance(v, bool) else str(v)
+    bd = d.get("budget_dir")
+    if bd is not None and _URL.match(bd):
+        if not bd.startswith("file://"):
+            raise ConfigError(f"[spark] budget_dir = {bd!r}: the budgets are committed with "
+                              "POSIX file operations (an exclusive create, fsync, a lock "
+                              "file): give a directory of a file system mounted on the service "
+                              "and on every executor, not an object store URL")
+        from urllib.parse import urlparse
+
+        bd = urlparse(bd).path
+    return SparkConfig(
+        budget_dir=(base / bd).resolve() if bd is not None else state_dir / "spark-budgets",
+        master=d.get("master", "local[2]"), driver_memory=d.get("driver_memory", "1g"),
+        conf=tuple(sorted(conf.items())),
+        base_seconds=_positive(d.get("base_seconds", 1.0), "[spark] base_seconds"),
+        step_seconds=_positive(d.get("step_seconds", 0.02), "[spark] step_seconds"),
+        row_seconds=_positive(d.get("row_seconds", 1e-6), "[spark] row_seconds"),
+        max_work_rows=_positive(d.get("max_work_rows", 2_000_000), "[spark] max_work_rows",
+                                integer=True))
 
 
 def load_config(path: str | os.PathLike) -> ServiceConfig:

@@ -75,6 +75,13 @@ class _Job:
         self.started: float | None = None
 
 
+def _has_as_pinq(t: dict[str, Any]) -> bool:
+    """Whether the plan table ``t`` (or a table it reads) has an ``as_pinq`` step."""
+    return any(s["op"] == "as_pinq" or isinstance(s.get("other"), dict)
+               and "steps" in s["other"] and _has_as_pinq(s["other"])
+               for s in t.get("steps", []))
+
+
 class Runner:
     """The owner's threads: the engine runs real queries (the engine and the ledgers) earliest
     deadline first; each analyst's lane has a thread for its default answers and schema
@@ -119,6 +126,7 @@ class Runner:
             skipped = job.state == "skipped"
             job.state = "running"
             job.started = time.monotonic()
+        self.owner.begin()  # what an interrupt stops: this query's engine work only
         if skipped:
             self._charge_only(analyst, plan)
             return Outcome(default=True)
@@ -147,9 +155,14 @@ class Runner:
         """A query that overran before it started: its default was released, and its charge is
         made now: the same query on an empty selection. PINQ charges s·ε (a release: s·max_i c_i)
         exactly as the query would have; ProPer charges nobody (no record was read, so nobody's
-        data was used)."""
+        data was used), so a plan on ProPer sources only, without ``as_pinq``, runs nothing
+        (on Spark an empty charge still rewrites the budgets: an engine that fell behind would
+        stay behind)."""
         import ibis
 
+        kinds = {s.kind for s in self.cfg.sources if s.name in plan.sources}
+        if kinds == {"proper"} and not _has_as_pinq(plan.table):
+            return
         try:
             t = self._builder(analyst).table(plan.table)
             assert plan.query is not None

@@ -1,13 +1,16 @@
 """The data owner's side of the service: the sources, their engine and every budget.
 
-:class:`Owner` opens every configured source on ONE DuckDB connection (so that plans may join
-sources), and builds the protected tables with the public table API:
+:class:`Owner` opens every configured DuckDB source on ONE DuckDB connection (so that plans may
+join sources), every Spark source (``engine = "spark"``) on the service's Spark session
+(:mod:`dprivacy.service.spark_sources`), and builds the protected tables with the public table
+API:
 
 * a PINQ source gives each analyst their own :class:`~dprivacy.tables.Queryable` whose budget
   is the durable record ``pinq:<source>/<analyst>`` of the SQLite ledger ``pinq.sqlite`` in the
   state directory (charged and committed before an answer is computed);
 * a ProPer source is ONE :class:`~dprivacy.tables.ProPerTable` shared by every analyst (personal
-  budgets belong to the people, POPL'15), its budgets in the DuckDB file ``proper-<source>.duckdb``.
+  budgets belong to the people, POPL'15), its budgets in the DuckDB file ``proper-<source>.duckdb``
+  (a Spark source: the SparkBudgetTable ``proper-<source>`` under ``[spark]`` ``budget_dir``).
 
 :class:`Shadows` holds an empty table with the same schema for each source: the plan run on it
 gives the public schema of a derived table and the documented default answer (the same query on
@@ -78,8 +81,16 @@ class Owner:
         self.cfg = cfg
         os.makedirs(cfg.state_dir, exist_ok=True)
         self.con = ibis.duckdb.connect()
+        self.spark: Any = None  # the Ibis PySpark backend of the Spark sources, if any
+        self._query = 0  # the number of the query the engine runs (its Spark job group)
+        if cfg.spark is not None and "spark" in cfg.engines():
+            from dprivacy.service.spark_sources import spark_session, warm_up_spark
+
+            session = spark_session(cfg.spark)
+            warm_up_spark(session)
+            self.spark = ibis.pyspark.connect(session)
         self.ledger = Ledger(cfg.state_dir / "pinq.sqlite")
-        self.raw: dict[str, Any] = {s.name: open_source(self.con, s) for s in cfg.sources}
+        self.raw: dict[str, Any] = {s.name: self._read(s) for s in cfg.sources}
         self.pinq: dict[tuple[str, str], Any] = {}
         self.proper: dict[str, Any] = {}
         self.budgets: dict[str, Any] = {}  # ProPer budget tables: the owner's handles
@@ -90,6 +101,13 @@ class Owner:
             except DPrivacyError as exc:
                 raise ConfigError(f"source {s.name!r}: {exc}") from None
 
+    def _read(self, s: SourceConfig) -> Any:
+        if s.engine == "spark":
+            from dprivacy.service.spark_sources import open_spark_source
+
+            return open_spark_source(self.spark, s)
+        return open_source(self.con, s)
+
     def _open(self, s: SourceConfig) -> None:
         from dprivacy.tables import ProPerTable, Queryable
 
@@ -98,15 +116,20 @@ class Owner:
                 if a.may_use(s.name):
                     self.pinq[(s.name, a.name)] = Queryable(
                         self.raw[s.name], **_budget(s.notion, s.budget), ledger=self.ledger,
-                        source=pinq_record(s.name, a.name), backend="duckdb")
+                        source=pinq_record(s.name, a.name), backend=s.engine)
         else:
             budget = s.budget_column if s.budget_column is not None else s.budget
             assert budget is not None
-            from dprivacy.tables.budgets.budget_table import BudgetTable
+            if s.engine == "spark":
+                from dprivacy.service.spark_sources import spark_budgets
 
-            self.budgets[s.name] = BudgetTable(self.cfg.state_dir / f"proper-{s.name}.duckdb")
+                self.budgets[s.name] = spark_budgets(self.cfg, s, self.spark._session)
+            else:
+                from dprivacy.tables.budgets.budget_table import BudgetTable
+
+                self.budgets[s.name] = BudgetTable(self.cfg.state_dir / f"proper-{s.name}.duckdb")
             t = ProPerTable(self.raw[s.name], budget, ledger=self.budgets[s.name],
-                            id_column=s.id, backend="duckdb")
+                            id_column=s.id, backend=s.engine)
             if s.budget_column is not None:  # the budgets are the owner's, never a column
                 import ibis
 
@@ -119,9 +142,23 @@ class Owner:
             return self.pinq[(source, analyst)]
         return self.proper[source]
 
+    def begin(self) -> None:
+        """Mark the engine work that follows as one query's (called on the engine thread when
+        a query starts): its Spark jobs get a job group of their own, so that an interrupt
+        cancels them and never the next query's."""
+        self._query += 1
+        if self.spark is not None:
+            self.spark._session.sparkContext.setJobGroup(
+                f"dprivacy-query-{self._query}", "a served query", interruptOnCancel=True)
+
     def interrupt(self) -> None:
-        """Interrupt the query running on the engine connection (an overrun)."""
+        """Interrupt the query running on the engine connection (an overrun): DuckDB's, and
+        the current query's Spark jobs if the service has Spark sources."""
         self.con.con.interrupt()
+        if self.spark is not None:
+            from dprivacy.service.spark_sources import cancel_spark
+
+            cancel_spark(self.spark._session, f"dprivacy-query-{self._query}")
 
 
 def analyst_columns(src: SourceConfig, columns: Any) -> list[str]:

@@ -39,6 +39,14 @@ analyst whose reserved share of the engine is ``s`` is answered ``max(query_seco
 seconds after it arrived (a query that has started is not pre-empted, so one may have to wait
 for another admitted query, which costs at most ``B``). :mod:`dprivacy.service.lanes` explains
 why every admitted query then finishes by its deadline.
+
+**Engines.** A plan reads sources of one engine. Sources with ``engine = "spark"`` have Spark's
+own costs and capacity (``[spark]`` ``base_seconds``, ``step_seconds``, ``row_seconds``,
+``max_work_rows``; Spark compiles a plan's steps into one job, so a step costs
+``step_seconds`` there instead of ``base_seconds``): their plans are bounded and admitted with
+those, and ``B`` in every deadline is the largest capacity
+of the engines the service runs (one engine thread runs both, so a DuckDB query may wait for a
+Spark query that has started).
 """
 
 from __future__ import annotations
@@ -62,10 +70,12 @@ class WorkBound:
     work: int
     steps: int
     largest: str
+    engine: str = "duckdb"
 
     def seconds(self, cfg: ServiceConfig) -> float:
         """The engine's cost ``C`` of the plan in seconds (see the module doc)."""
-        return cfg.base_seconds * (1 + self.steps) + self.work * cfg.row_seconds
+        base, step, row, _cap = cfg.costs(self.engine)
+        return base + step * self.steps + self.work * row
 
 
 class _Walk:
@@ -74,6 +84,8 @@ class _Walk:
         self.work = 0
         self.steps = 0
         self.top = (0, "")
+        self.sources: set[str] = set()
+        self.ops: set[str] = set()
 
     def note(self, rows: int, where: str) -> int:
         self.work += rows
@@ -87,9 +99,11 @@ class _Walk:
         src = self.cfg.source(t["source"])
         if src is None:
             raise LookupError(t["source"])
+        self.sources.add(src.name)
         rows = self.note(src.max_rows, f"{what} (source {src.name!r})")
         for i, s in enumerate(t["steps"]):
             self.steps += 1
+            self.ops.add(s["op"])
             rows = self.note(self.step(rows, s, f"{what}.steps[{i}]"),
                              f"{what}.steps[{i}] ({s['op']})")
         return rows
@@ -155,18 +169,28 @@ def plan_bound(table: dict[str, Any], query: dict[str, Any] | None,
     if src is not None and src.kind == "proper" or any(s["op"] == "as_pinq"
                                                         for s in table.get("steps", [])):
         w.work += rows  # the personal budgets' charge: one more pass over the queried rows
-    b = WorkBound(rows, w.work, w.steps, w.top[1])
-    if b.work > cfg.max_work_rows or b.seconds(cfg) > capacity_seconds(cfg) + 1e-12:
+    engine = cfg.engine_of(w.sources)
+    if engine == "spark" and "as_pinq" in w.ops:
+        raise ValidationError("as_pinq is not served on Spark sources (its table would read a "
+                              "version of the personal budgets that later charges remove); "
+                              "query the ProPer table itself")
+    b = WorkBound(rows, w.work, w.steps, w.top[1], engine)
+    cap = cfg.costs(engine)[3]
+    if b.work > cap or b.seconds(cfg) > capacity_seconds(cfg, engine) + 1e-12:
         raise ValidationError(
             f"the plan can process up to {b.work:.3g} rows in {b.steps} steps on data within "
             f"the sources' caps (most at {b.largest}: {w.top[0]:.3g} rows), above this "
-            f"service's capacity of {cfg.max_work_rows:.3g} rows per query (max_work_rows)")
+            f"service's capacity of {cap:.3g} rows per query (max_work_rows)")
     return b
 
 
-def capacity_seconds(cfg: ServiceConfig) -> float:
-    """The engine's cost of the largest plan the service admits (``B`` in the module doc)."""
-    return cfg.base_seconds + cfg.max_work_rows * cfg.row_seconds
+def capacity_seconds(cfg: ServiceConfig, engine: str | None = None) -> float:
+    """The engine's cost of the largest plan the service admits (``B`` in the module doc); for
+    ``engine`` None, the largest over the engines of the configured sources."""
+    if engine is None:
+        return max(capacity_seconds(cfg, e) for e in cfg.engines() | {"duckdb"})
+    base, _step, row, cap = cfg.costs(engine)
+    return base + cap * row
 
 
 def deadline_seconds(cfg: ServiceConfig, analyst: str, bound: WorkBound, sources: set[str],
