@@ -145,8 +145,10 @@ def _kron_text(W: Any, d: Any, head: str) -> str:  # noqa: N803
 
     r = kron_report(W, d)
     lines = [head,
-             f"design: method strategy, {d.p} noisy measurements (a Kronecker product "
-             f"{d.C.Bx.shape[0]} x {d.C.By.shape[0]} of per-axis strategies) answer the {W.m} "
+             f"design: method strategy, {d.p} noisy measurements ("
+             + ("every cell and " if d.C.cells else "")
+             + f"a Kronecker product {d.C.Bx.shape[0]} x {d.C.By.shape[0]} of per-axis "
+             f"strategies) answer the {W.m} "
              f"queries by least squares ({d.report.get('start', '?')} start), max privacy ratio "
              f"{d.max_ratio:.9f} (<= 1 is private; a proved upper bound over every pair)"]
     total = float(r["total"])

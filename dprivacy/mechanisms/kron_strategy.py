@@ -34,36 +34,47 @@ _ROW_BLOCK = 2**22
 
 
 class KronOperator(LinearOperator):
-    """The strategy ``Bx (x) By`` as a linear operator on histograms in element order
-    (``a * ny + b``): ``(Bx (x) By) x = vec(Bx X By')``.  Read-only copies of the factors."""
+    """The strategy ``[cells I ; Bx (x) By]`` as a linear operator on histograms in element
+    order (``a * ny + b``): ``(Bx (x) By) x = vec(Bx X By')``, after ``cells * x`` when cells is
+    not 0.  Read-only copies of the factors."""
 
-    def __init__(self, Bx: np.ndarray, By: np.ndarray) -> None:  # noqa: N803
+    def __init__(self, Bx: np.ndarray, By: np.ndarray, cells: float = 0.0) -> None:  # noqa: N803
         bx = np.array(Bx, dtype=np.float64, copy=True)
         by = np.array(By, dtype=np.float64, copy=True)
         if bx.ndim != 2 or by.ndim != 2 or bx.size == 0 or by.size == 0:
             raise ValidationError("Kronecker factors must be non-empty 2-D arrays")
         if not (np.all(np.isfinite(bx)) and np.all(np.isfinite(by))):
             raise ValidationError("the strategy has NaN or infinite entries")
+        cells = float(cells)
+        if not np.isfinite(cells) or cells < 0:
+            raise ValidationError(f"cells = {cells}: the weight of the cell counts must be a "
+                                  "finite number >= 0")
         bx.setflags(write=False)
         by.setflags(write=False)
-        self.Bx, self.By = bx, by
+        self.Bx, self.By, self.cells = bx, by, cells
+        n = bx.shape[1] * by.shape[1]
         super().__init__(np.float64,  # type: ignore[call-arg]
-                         (bx.shape[0] * by.shape[0], bx.shape[1] * by.shape[1]))
+                         (bx.shape[0] * by.shape[0] + (n if cells else 0), n))
 
     def _matvec(self, x: np.ndarray) -> np.ndarray:
         X = np.asarray(x, np.float64).reshape(self.Bx.shape[1], self.By.shape[1])  # noqa: N806
-        return (self.Bx @ X @ self.By.T).ravel()
+        kron = (self.Bx @ X @ self.By.T).ravel()
+        return np.concatenate([self.cells * X.ravel(), kron]) if self.cells else kron
 
     def _rmatvec(self, y: np.ndarray) -> np.ndarray:
-        Y = np.asarray(y, np.float64).reshape(self.Bx.shape[0], self.By.shape[0])  # noqa: N806
-        return (self.Bx.T @ Y @ self.By).ravel()
+        y = np.asarray(y, np.float64).ravel()
+        k = self.shape[1] if self.cells else 0
+        Y = y[k:].reshape(self.Bx.shape[0], self.By.shape[0])  # noqa: N806
+        out = (self.Bx.T @ Y @ self.By).ravel()
+        return out + self.cells * y[:k] if self.cells else out
 
     def dense(self) -> np.ndarray:
-        """``np.kron(Bx, By)`` (small grids only: tests and plots)."""
+        """The (p, N) matrix (small grids only: tests and plots)."""
         if self.shape[0] * self.shape[1] > 2**26:
             raise ValidationError(f"a {self.shape[0]} x {self.shape[1]} Kronecker strategy is "
                                   "not materialised; use its factors Bx, By")
-        return np.kron(self.Bx, self.By)
+        kron = np.kron(self.Bx, self.By)
+        return np.vstack([self.cells * np.eye(self.shape[1]), kron]) if self.cells else kron
 
 
 def kron_grid(universe: Universe, metric: Metric) -> KronGrid:
@@ -89,52 +100,29 @@ def kron_grid(universe: Universe, metric: Metric) -> KronGrid:
     return KronGrid(xs, ys, lambda dx, dy: e * np.hypot(dx, dy))
 
 
-def axis_range_terms(n: int, Xi: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # noqa: N803
-    """Per range [a, b] of an axis of n cells: ``(f' Xi f, f' v)`` (f its indicator), by
-    prefix sums (range order: a, then b)."""
-    from dprivacy.implicit_workload import ImplicitWorkload
-
-    W1 = ImplicitWorkload.all_ranges(n)  # noqa: N806
-    return W1.quadratic_diagonal(Xi), W1.answer(v)
-
-
 def kron_query_variances(W: ImplicitWorkload, est: KronEstimator) -> np.ndarray:  # noqa: N803
     """The variance of every rectangle's answer (shape (m,), rectangle order)."""
-    return kron_variance_table(W, est).ravel()
-
-
-def kron_variance_table(W: ImplicitWorkload, est: KronEstimator) -> np.ndarray:  # noqa: N803
-    """The variances as an (mx, my) table: row = x range, column = y range."""
-    Xx, Xy, vx, vy = est.axis_covariances()  # noqa: N806
-    nx, ny = W.shape_
-    qx, qy = axis_range_terms(nx, Xx, vx), axis_range_terms(ny, Xy, vy)
-    return est.product_variances(None, None, qx, qy)
+    return est.range_variances().ravel()
 
 
 def kron_worst(W: ImplicitWorkload, est: KronEstimator, k: int = 10  # noqa: N803
                ) -> tuple[float, np.ndarray, np.ndarray, int]:
     """(total variance, the k queries of largest variance, their variances, the number of
     queries answered exactly), one block of the (mx, my) variance table at a time."""
-    Xx, Xy, vx, vy = est.axis_covariances()  # noqa: N806
-    nx, ny = W.shape_
-    (dx, cx), (dy, cy) = axis_range_terms(nx, Xx, vx), axis_range_terms(ny, Xy, vy)
-    den = float(vx.sum()) * float(vy.sum())
-    cx2, cy2 = cx * cx, cy * cy
-    step = max(1, _ROW_BLOCK // dy.size)
-    total, n_exact = 0.0, 0
+    mx, my = est.n_ranges
+    step = max(1, _ROW_BLOCK // my)
+    total, n_exact, vmax = 0.0, 0, 0.0
     top_i: list[np.ndarray] = []
     top_v: list[np.ndarray] = []
-    vmax = float(est.v) * (float(dx.max()) * float(dy.max()))
-    for r in range(0, dx.size, step):
-        T = est.v * np.maximum(np.outer(dx[r:r + step], dy)  # noqa: N806
-                               - np.outer(cx2[r:r + step], cy2) / den, 0.0)
+    for r in range(0, mx, step):
+        T = est.range_variances(slice(r, r + step)).ravel()  # noqa: N806
         total += float(T.sum())
+        vmax = max(vmax, float(T.max()))
         n_exact += int(np.count_nonzero(T <= 1e-12 * vmax))  # rounding of an exact 0
-        flat = T.ravel()
-        kk = min(k, flat.size)
-        idx = np.argpartition(-flat, kk - 1)[:kk]
-        top_i.append(idx + r * dy.size)
-        top_v.append(flat[idx])
+        kk = min(k, T.size)
+        idx = np.argpartition(-T, kk - 1)[:kk]
+        top_i.append(idx + r * my)
+        top_v.append(T[idx])
     ii, vv = np.concatenate(top_i), np.concatenate(top_v)
     order = np.argsort(-vv, kind="stable")[:k]
     return total, ii[order], vv[order], n_exact
@@ -142,7 +130,7 @@ def kron_worst(W: ImplicitWorkload, est: KronEstimator, k: int = 10  # noqa: N80
 
 def kron_report(W: ImplicitWorkload, d: Any) -> dict[str, Any]:  # noqa: N803
     """Numbers of the design report of a Kronecker strategy, without the m per-query rows."""
-    est = KronEstimator(d.C.Bx, d.C.By, 1.0 if d.noise == "gaussian" else 2.0)
+    est = KronEstimator(d.C.Bx, d.C.By, d.C.cells)
     total, idx, var, n_exact = kron_worst(W, est)
     return {"total": total, "worst": [(W.query_name(int(i)), float(v)) for i, v in zip(idx, var,
                                                                                        strict=True)],

@@ -117,7 +117,8 @@ class StrategyDesign:
         Laplace rows, 1 for Gaussian rows."""
         if self.is_kron:
             assert isinstance(self.workload, ImplicitWorkload)
-            return ks.kron_query_variances(self.workload, KronEstimator(self.C.Bx, self.C.By))
+            return ks.kron_query_variances(self.workload,
+                                           KronEstimator(self.C.Bx, self.C.By, self.C.cells))
         self._maps()
         return _variances(self.workload, self.M, self.X, _ROW_VARIANCE[self.noise])
 
@@ -130,7 +131,7 @@ class StrategyDesign:
     def answer(self, y: np.ndarray, n: float) -> np.ndarray:
         """Least-squares answers from measurements y and the total n."""
         if self.is_kron:
-            x_hat = KronEstimator(self.C.Bx, self.C.By).estimate(y, n)
+            x_hat = KronEstimator(self.C.Bx, self.C.By, self.C.cells).estimate(y, n)
             return self.workload.answer(x_hat)
         self._maps()
         return _answers(self.workload, self.M, self.o, self.X, self.z, y, n)
@@ -140,13 +141,13 @@ def _kron_total(W: Workload | ImplicitWorkload, C: ks.KronOperator) -> float:  #
     """Expected total squared error of a Kronecker strategy on all rectangles (closed form)."""
     assert isinstance(W, ImplicitWorkload) and W.kind == "rectangles"
     Gx, Gy = W.axis_grams()  # noqa: N806
-    return float(call_solver(kron_error, C.Bx, C.By, Gx, Gy))
+    return float(call_solver(kron_error, C.Bx, C.By, Gx, Gy, C.cells))
 
 
 def _frozen(C: Mat) -> Mat:
     """A read-only float64 copy of the strategy (CSR when sparse)."""
     if isinstance(C, ks.KronOperator):
-        return ks.KronOperator(C.Bx, C.By)
+        return ks.KronOperator(C.Bx, C.By, C.cells)
     if is_sparse(C):
         S = sp.csr_array(C, dtype=np.float64, copy=True)
         for arr in (S.data, S.indices, S.indptr):
@@ -331,7 +332,7 @@ def _design_kron(W: ImplicitWorkload, universe: Universe, metric: Metric, *,  # 
     Gx, Gy = W.axis_grams()  # noqa: N806
     res = call_solver(design_kron, Gx, Gy, grid, time_limit=time_limit, lower_bound=lower_bound)
     report = {**res.report, "metric": repr(metric), "identity_error": res.identity_error}
-    C = ks.KronOperator(res.Bx, res.By)
+    C = ks.KronOperator(res.Bx, res.By, res.cells)
     return StrategyDesign(W, C, st.Basis.identity(W.N), None, None, res.max_ratio,
                           res.lower_bound, report, None, grid=grid)
 
@@ -445,13 +446,13 @@ class StrategyMechanism:
         if C.shape[1] != W.N or grid.shape != W.shape_:
             raise ShapeError(f"the strategy has N = {C.shape[1]} over a {grid.shape} grid, the "
                              f"workload N = {W.N} over {W.shape_}")
-        ratio, where = call_solver(kron_ratio, C.Bx, C.By, grid)
+        ratio, where = call_solver(kron_ratio, C.Bx, C.By, grid, C.cells)
         if not ratio <= 1 + PRIVACY_RTOL:
             raise PrivacyViolationError(
                 f"privacy condition broken: the bound on ||A (e_i - e_j)||_1 / eps_ij of the "
                 f"Kronecker strategy is {ratio:.9g} at coordinate differences {where} (allowed "
                 f"1 + {PRIVACY_RTOL:g}); scale the strategy down")
-        self._kron = call_solver(KronEstimator, C.Bx, C.By)
+        self._kron = call_solver(KronEstimator, C.Bx, C.By, C.cells)
         self.M = self.o = self.X = self.z = None
         self.workload = W
         self.design = StrategyDesign(W, C, st.Basis.identity(W.N), None, None, float(ratio),
@@ -514,7 +515,8 @@ def strategy_to_json(design: StrategyDesign) -> dict[str, Any]:
     C = design.C
     p, K = C.shape  # noqa: N806
     if design.is_kron:  # the two factors, dense row-major
-        kron = {"x": {"shape": list(C.Bx.shape), "dense": C.Bx.ravel().tolist()},
+        kron = {"cells": float(C.cells),
+                "x": {"shape": list(C.Bx.shape), "dense": C.Bx.ravel().tolist()},
                        "y": {"shape": list(C.By.shape), "dense": C.By.ravel().tolist()}}
         return {"basis": design.basis.to_json(), "shape": [int(p), int(K)], "kron": kron}
     nnz = sp.csr_array(C).nnz if is_sparse(C) else int(np.count_nonzero(C))
@@ -545,11 +547,14 @@ def strategy_from_json(doc: Any, workload: Workload | ImplicitWorkload,
             fx, fy = doc["kron"]["x"], doc["kron"]["y"]
             Bx = np.asarray(fx["dense"], dtype=np.float64).reshape([int(v) for v in fx["shape"]])
             By = np.asarray(fy["dense"], dtype=np.float64).reshape([int(v) for v in fy["shape"]])
-            if basis.kind != "identity" or (Bx.shape[0] * By.shape[0], Bx.shape[1] * By.shape[1]) \
-                    != (p, K):
+            cells = doc["kron"].get("cells", 0.0)
+            if type(cells) not in (int, float):
+                raise ValidationError("the Kronecker strategy's cells weight must be a number")
+            op = ks.KronOperator(Bx, By, float(cells))
+            if basis.kind != "identity" or op.shape != (p, K):
                 raise ValidationError(f"Kronecker factors {Bx.shape}, {By.shape} do not make a "
                                       f"{p} x {K} strategy")
-            return StrategyDesign(workload, ks.KronOperator(Bx, By), basis, None, None,
+            return StrategyDesign(workload, op, basis, None, None,
                                   report=dict(report or {}), constraints=constraints)
         if "dense" in doc:
             C: Mat = np.asarray(doc["dense"], dtype=np.float64).reshape(p, K)

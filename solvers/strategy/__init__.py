@@ -249,6 +249,9 @@ def _optimize(F: Any, cs: ConstraintSet, u: np.ndarray | None, coords: np.ndarra
             d = _uniform_diagonal(C) if centre else None
             if d:  # C = d I: X = d^2 P + 11'/N, G = P G P, so f = tr(G) / d^2 exactly
                 return 2.0 * c * c * float(np.trace(G_K())) / (d * d)
+            if centre and is_sparse(C):  # one sparse C'C and one Cholesky, no dense p x N
+                f, share = estimate_error(C, basis, G_K())
+                return 2.0 * c * c * f if share <= 1e-9 else float("inf")
             Cd = np.asarray(C.toarray() if is_sparse(C) else C, dtype=np.float64)
             return 2.0 * c * c * Objective(G_K(), centre).value(Cd)
         assert Fm is not None

@@ -32,7 +32,11 @@ by the triangle inequality on the two columns themselves,
 ``||A e_i - A e_j||_1 <= ||A e_i||_1 + ||A e_j||_1 <= 2 n_x n_y``.  Hence
 ``max_ij ||A (e_i - e_j)||_1 / eps_ij <= max min(D_x n_y + n_x D_y, 2 n_x n_y) / e(dx, dy)``
 over the pairs of axis pairs (including "same coordinate", D = 0, d = 0; not both); for
-``A = c I (x) I`` (every cell once) this is the exact ``2 c / eps_min``.  Only the Pareto frontier of
+``A = c I (x) I`` (every cell once) this is the exact ``2 c / eps_min``.  A strategy that also
+measures every cell, ``[c I_N ; A_x (x) A_y]``, adds exactly ``||c (e_i - e_j)||_1 = 2 c`` to
+every pair (the l1 norm of stacked rows is the sum of the blocks' norms), and its normal matrix
+``c^2 I + X_x (x) X_y`` is diagonal in the product of the factors' eigenbases, so its error and
+estimate stay in closed form (:class:`Spectrum`).  Only the Pareto frontier of
 each axis matters (a pair with a larger difference and a smaller column distance than another
 can never give the larger ratio, since e is monotone), so the bound costs
 ``O(n_x^2 p_x + n_y^2 p_y + |frontier_x| |frontier_y|)`` (:func:`kron_ratio`).  Scaling A so the
@@ -129,11 +133,12 @@ def pareto(delta: np.ndarray, D: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  
     return np.r_[0.0, d[keep]], np.r_[0.0, v[keep]]
 
 
-def kron_ratio(Bx: np.ndarray, By: np.ndarray, grid: KronGrid  # noqa: N803
+def kron_ratio(Bx: np.ndarray, By: np.ndarray, grid: KronGrid, cells: float = 0.0  # noqa: N803
                ) -> tuple[float, tuple[float, float]]:
-    """An upper bound on ``max_ij ||(Bx (x) By)(e_i - e_j)||_1 / eps_ij`` over every pair of
-    cells (module doc: exact for a Manhattan budget on unit-spaced axes), and the coordinate
-    differences (dx, dy) where it is reached.  Dividing the strategy by it makes it private."""
+    """An upper bound on ``max_ij ||A (e_i - e_j)||_1 / eps_ij`` over every pair of cells for
+    ``A = [cells I ; Bx (x) By]`` (module doc: exact for a Manhattan budget on unit-spaced axes),
+    and the coordinate differences (dx, dy) where it is reached.  Dividing the strategy by it
+    makes it private."""
     Bx, By = np.asarray(Bx, dtype=np.float64), np.asarray(By, dtype=np.float64)  # noqa: N806
     if Bx.shape[1] != grid.shape[0] or By.shape[1] != grid.shape[1]:
         raise SolverError(f"factors of {Bx.shape[1]} and {By.shape[1]} columns do not fit a "
@@ -145,7 +150,7 @@ def kron_ratio(Bx: np.ndarray, By: np.ndarray, grid: KronGrid  # noqa: N803
     step = max(1, 2**22 // dy.size)
     for s in range(0, dx.size, step):
         ddx, DDx = dx[s:s + step, None], Dx[s:s + step, None]  # noqa: N806
-        num = np.minimum(DDx * ny + nx * Dy[None, :], 2.0 * nx * ny)
+        num = np.minimum(DDx * ny + nx * Dy[None, :], 2.0 * nx * ny) + 2.0 * abs(float(cells))
         eps = np.asarray(grid.budget(np.broadcast_to(ddx, num.shape),
                                      np.broadcast_to(dy[None, :], num.shape)), dtype=np.float64)
         both0 = (ddx == 0) & (dy[None, :] == 0)
@@ -161,24 +166,50 @@ def kron_ratio(Bx: np.ndarray, By: np.ndarray, grid: KronGrid  # noqa: N803
 
 
 # -------------------------------------------------------------------------------------- error
-def _factor_terms(B: np.ndarray, G: np.ndarray) -> tuple[float, float, float]:
-    """(tr(G X^-1), 1'X^-1 G X^-1 1, 1'X^-1 1) for X = B'B; SolverError when X is singular."""
-    X = B.T @ B
-    try:
-        fac = sla.cho_factor(X, check_finite=False)
-    except (np.linalg.LinAlgError, ValueError) as exc:
-        raise SolverError("a Kronecker factor does not have full column rank") from exc
-    XiG = sla.cho_solve(fac, G, check_finite=False)
-    v = sla.cho_solve(fac, np.ones(X.shape[0]), check_finite=False)
-    return float(np.trace(XiG)), float(v @ G @ v), float(v.sum())
+@dataclass
+class Spectrum:
+    """The normal matrix of ``A = [c I_N ; Bx (x) By]`` in the axes' eigenbases:
+    ``A'A = (Ux (x) Uy) diag(c^2 + lx_a ly_b) (Ux (x) Uy)'`` (``Bx'Bx = Ux diag(lx) Ux'``)."""
+
+    Ux: np.ndarray
+    Uy: np.ndarray
+    delta: np.ndarray  # (nx, ny): c^2 + lx_a ly_b
+
+    @classmethod
+    def of(cls, Bx: np.ndarray, By: np.ndarray, cells: float = 0.0) -> Spectrum:  # noqa: N803
+        lx, Ux = sla.eigh(np.asarray(Bx, np.float64).T @ np.asarray(Bx, np.float64))  # noqa: N806
+        ly, Uy = sla.eigh(np.asarray(By, np.float64).T @ np.asarray(By, np.float64))  # noqa: N806
+        lx, ly = np.clip(lx, 0.0, None), np.clip(ly, 0.0, None)
+        delta = float(cells) ** 2 + np.outer(lx, ly)
+        if not delta.min() > 1e-12 * delta.max():
+            raise SolverError("the strategy does not have full column rank: some query cannot be "
+                              "answered (a Kronecker factor is rank deficient and no cells are "
+                              "measured)")
+        return cls(Ux, Uy, delta)
+
+    def inv_apply(self, R: np.ndarray) -> np.ndarray:  # noqa: N803
+        """``(A'A)^{-1} vec(R)`` as an (nx, ny) matrix."""
+        return self.Ux @ ((self.Ux.T @ R @ self.Uy) / self.delta) @ self.Uy.T
+
+    def ones_terms(self) -> tuple[np.ndarray, np.ndarray, float]:
+        """(W, V, u): ``W = Delta^{-1} o (ox oy')`` (ox = Ux'1), ``V = (A'A)^{-1} 1`` as an
+        (nx, ny) matrix and ``u = 1'(A'A)^{-1} 1``."""
+        ox, oy = self.Ux.sum(axis=0), self.Uy.sum(axis=0)
+        W = np.outer(ox, oy) / self.delta  # noqa: N806
+        return W, self.Ux @ W @ self.Uy.T, float(np.sum(W * np.outer(ox, oy)))
 
 
-def kron_error(Bx: np.ndarray, By: np.ndarray, Gx: np.ndarray, Gy: np.ndarray) -> float:  # noqa: N803
-    """Expected total squared error of ``Bx (x) By`` (rows released with Lap(1)) on the workload
-    of Gram ``Gx (x) Gy``, the total known (module doc)."""
-    tx, sx, ux = _factor_terms(np.asarray(Bx, np.float64), Gx)
-    ty, sy, uy = _factor_terms(np.asarray(By, np.float64), Gy)
-    return 2.0 * max(tx * ty - (sx * sy) / (ux * uy), 0.0)
+def kron_error(Bx: np.ndarray, By: np.ndarray, Gx: np.ndarray, Gy: np.ndarray,  # noqa: N803
+               cells: float = 0.0) -> float:
+    """Expected total squared error of ``[cells I ; Bx (x) By]`` (rows released with Lap(1)) on
+    the workload of Gram ``Gx (x) Gy``, the total known (module doc)."""
+    sp_ = Spectrum.of(Bx, By, cells)
+    hx = np.einsum("ij,ik,kj->j", sp_.Ux, Gx, sp_.Ux)  # diag(Ux' Gx Ux)
+    hy = np.einsum("ij,ik,kj->j", sp_.Uy, Gy, sp_.Uy)
+    t = float(np.sum(np.outer(hx, hy) / sp_.delta))
+    _, V, u = sp_.ones_terms()  # noqa: N806
+    s = float(np.sum((Gx @ V) * (V @ Gy)))  # vec(V)' (Gx (x) Gy) vec(V) = tr(V' Gx V Gy)
+    return 2.0 * max(t - s / u, 0.0)
 
 
 def identity_error(Gx: np.ndarray, Gy: np.ndarray, eps_min: float) -> float:  # noqa: N803
@@ -192,65 +223,73 @@ def identity_error(Gx: np.ndarray, Gy: np.ndarray, eps_min: float) -> float:  # 
 
 
 # ---------------------------------------------------------------------------------- estimates
+def _range_rows(M: np.ndarray) -> np.ndarray:  # noqa: N803
+    """``F M`` for the all-ranges matrix F of the rows' axis (ranges [a, b] by a, then b)."""
+    n = M.shape[0]
+    P = np.vstack([np.zeros((1, M.shape[1])), np.cumsum(M, axis=0)])  # noqa: N806
+    a, b = np.triu_indices(n)
+    return P[b + 1] - P[a]
+
+
 @dataclass
 class KronEstimator:
-    """Least-squares estimates and answer variances of the release ``y = (Bx (x) By) x + Z``
-    (Z with variance ``v`` per row), the total n known: never an N x N matrix."""
+    """Least-squares estimates and answer variances of the release
+    ``y = [cells x ; (Bx (x) By) x] + Z`` (Z with variance ``v`` per row), the total n known:
+    never an N x N matrix."""
 
     Bx: np.ndarray
     By: np.ndarray
+    cells: float = 0.0
     v: float = 2.0
-    _parts: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        for name in ("Bx", "By"):
-            B = np.asarray(getattr(self, name), dtype=np.float64)
-            X = B.T @ B
-            try:
-                fac = sla.cho_factor(X, check_finite=False)
-            except (np.linalg.LinAlgError, ValueError) as exc:
-                raise SolverError("a Kronecker factor does not have full column rank: some "
-                                  "query cannot be answered") from exc
-            Xi = sla.cho_solve(fac, np.eye(X.shape[0]), check_finite=False)
-            Xi = 0.5 * (Xi + Xi.T)
-            self._parts[name] = (B, Xi @ B.T, Xi, Xi.sum(axis=1))
+        self.Bx = np.asarray(self.Bx, dtype=np.float64)
+        self.By = np.asarray(self.By, dtype=np.float64)
+        self.cells = float(self.cells)
+        self.spectrum = Spectrum.of(self.Bx, self.By, self.cells)
+        _, self._V, self._u = self.spectrum.ones_terms()
 
     @property
     def shape(self) -> tuple[int, int]:
-        return self._parts["Bx"][0].shape[1], self._parts["By"][0].shape[1]
+        return self.Bx.shape[1], self.By.shape[1]
 
     def measure(self, x: np.ndarray) -> np.ndarray:
-        """``(Bx (x) By) x`` for x in element order (length nx * ny)."""
-        Bx, By = self._parts["Bx"][0], self._parts["By"][0]  # noqa: N806
-        nx, ny = self.shape
-        return (Bx @ np.asarray(x, np.float64).reshape(nx, ny) @ By.T).ravel()
+        """``A x`` for x in element order (length nx * ny): the cells (when measured) first."""
+        X = np.asarray(x, np.float64).reshape(self.shape)  # noqa: N806
+        kron = (self.Bx @ X @ self.By.T).ravel()
+        return np.concatenate([self.cells * X.ravel(), kron]) if self.cells else kron
 
     def estimate(self, y: np.ndarray, n: float) -> np.ndarray:
-        """The least-squares histogram from the release y (length px * py) with ``1'x = n``."""
-        _, Rx, _, vx = self._parts["Bx"]
-        _, Ry, _, vy = self._parts["By"]
-        Y = np.asarray(y, np.float64).reshape(Rx.shape[1], Ry.shape[1])  # noqa: N806
-        xh = Rx @ Y @ Ry.T
-        s1 = np.outer(vx, vy)  # (X^-1 1) = vx (x) vy
-        return (xh - s1 * ((xh.sum() - n) / s1.sum())).ravel()
+        """The least-squares histogram from the release y with ``1'x = n``."""
+        nx, ny = self.shape
+        y = np.asarray(y, np.float64).ravel()
+        k = nx * ny if self.cells else 0
+        Y = y[k:].reshape(self.Bx.shape[0], self.By.shape[0])  # noqa: N806
+        R = self.Bx.T @ Y @ self.By  # noqa: N806
+        if self.cells:
+            R = R + self.cells * y[:k].reshape(nx, ny)  # noqa: N806
+        xh = self.spectrum.inv_apply(R)
+        return (xh - self._V * ((xh.sum() - n) / self._u)).ravel()
 
-    def axis_covariances(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(Xx^-1, Xy^-1, vx, vy): the covariance of the estimate is
-        ``v [Xx^-1 (x) Xy^-1 - (vx (x) vy)(vx (x) vy)' / (1'vx 1'vy)]``."""
-        return (self._parts["Bx"][2], self._parts["By"][2], self._parts["Bx"][3],
-                self._parts["By"][3])
+    def range_variances(self, rows: slice | None = None) -> np.ndarray:
+        """Variances of the answers to all rectangles (x range, y range) as an (mx, my) table
+        (``rows``: a slice of the x ranges only)."""
+        if not hasattr(self, "_q"):
+            sp_ = self.spectrum
+            Qx, Qy = _range_rows(sp_.Ux), _range_rows(sp_.Uy)  # noqa: N806
+            W, _, u = sp_.ones_terms()  # noqa: N806
+            self._q = (Qx, Qy, (Qy * Qy).T, 1.0 / sp_.delta, W @ Qy.T, u)
+        Qx, _, Qy2T, Dinv, WQyT, u = self._q  # noqa: N806
+        if rows is not None:
+            Qx = Qx[rows]  # noqa: N806
+        t1 = (Qx * Qx) @ Dinv @ Qy2T
+        t2 = Qx @ WQyT
+        return self.v * np.maximum(t1 - t2 * t2 / u, 0.0)
 
-    def product_variances(self, Fx: np.ndarray | None, Fy: np.ndarray | None,  # noqa: N803
-                          qx: tuple[np.ndarray, np.ndarray], qy: tuple[np.ndarray, np.ndarray]
-                          ) -> np.ndarray:
-        """Variances (shape (mx, my)) of the answers to the product queries ``f (x) g``, given
-        per axis ``q = (diag(F X^-1 F'), F X^-1 1)`` (callers with implicit range workloads
-        compute them without F; ``Fx``, ``Fy`` unused then)."""
-        _, _, vx, _ = self.axis_covariances()
-        vy = self._parts["By"][3]
-        (dx, cx), (dy, cy) = qx, qy
-        den = float(vx.sum()) * float(vy.sum())
-        return self.v * np.maximum(np.outer(dx, dy) - np.outer(cx * cx, cy * cy) / den, 0.0)
+    @property
+    def n_ranges(self) -> tuple[int, int]:
+        nx, ny = self.shape
+        return nx * (nx + 1) // 2, ny * (ny + 1) // 2
 
 
 # -------------------------------------------------------------------------------- lower bound
@@ -404,10 +443,11 @@ def _objective(zx: np.ndarray, zy: np.ndarray, ax: _Axis, ay: _Axis, E: np.ndarr
 
 @dataclass
 class KronResult:
-    """A private product strategy ``Bx (x) By`` (scaled: :func:`kron_ratio` <= 1)."""
+    """A private strategy ``[cells I ; Bx (x) By]`` (scaled: :func:`kron_ratio` <= 1)."""
 
     Bx: np.ndarray
     By: np.ndarray
+    cells: float
     error: float
     max_ratio: float
     lower_bound: float | None
@@ -434,29 +474,108 @@ def hierarchical_factor(n: int, decay: float = 0.75) -> np.ndarray:
     return np.vstack(rows)
 
 
-def _scaled(Bx: np.ndarray, By: np.ndarray, grid: KronGrid  # noqa: N803
-            ) -> tuple[np.ndarray, np.ndarray, float, tuple[float, float]]:
-    """The factors scaled so that the bound :func:`kron_ratio` is (just below) 1, each by the
-    same factor, and the bound after scaling."""
-    c, _ = kron_ratio(Bx, By, grid)
+def level_factors(n: int) -> list[np.ndarray]:
+    """The shifted dyadic blocks of each level l >= 1 on one axis (:mod:`shifted_blocks`'s
+    intervals), as 0/1 matrices, up to the first level with a single block."""
+    from solvers.strategy.shifted_blocks import shifted_intervals
+
+    out = []
+    lev = 1
+    while True:
+        ivs = shifted_intervals(n, lev)
+        if len(ivs) <= 1:
+            break
+        R = np.zeros((len(ivs), n))
+        for k, (lo, hi) in enumerate(ivs):
+            R[k, lo:hi] = 1.0
+        out.append(R)
+        lev += 1
+    return out or [np.ones((1, n))]
+
+
+def _scaled(Bx: np.ndarray, By: np.ndarray, grid: KronGrid, cells: float = 0.0  # noqa: N803
+            ) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """The strategy scaled so that the bound :func:`kron_ratio` is (just below) 1 (the factors
+    by the same factor), and the bound after scaling: (Bx, By, cells, bound)."""
+    c, _ = kron_ratio(Bx, By, grid, cells)
     if not np.isfinite(c) or c <= 0:
         raise SolverError("a Kronecker strategy without a finite positive privacy ratio")
-    s = 1.0 / np.sqrt(c * (1 + 1e-12))
-    Bx, By = Bx * s, By * s  # noqa: N806
-    c2, where = kron_ratio(Bx, By, grid)
+    s = 1.0 / (c * (1 + 1e-12))
+    Bx, By, cells = Bx * np.sqrt(s), By * np.sqrt(s), cells * s  # noqa: N806
+    c2, _ = kron_ratio(Bx, By, grid, cells)
     if not c2 <= 1.0:
         raise SolverError(f"Kronecker strategy verification failed: ratio {c2:.12g}")
-    return Bx, By, c2, where
+    return Bx, By, cells, c2
+
+
+def _cells_and_levels(Gx: np.ndarray, Gy: np.ndarray, grid: KronGrid,  # noqa: N803
+                      deadline: float) -> tuple[float, np.ndarray, np.ndarray, float, int]:
+    """``[c I ; Hx (x) Hy]`` with H the shifted dyadic blocks of every level >= 1, level l
+    weighted w_l on both axes: (c, w) by Nelder-Mead on the exact scaled error (log scale),
+    until ``deadline``.  Returns (error, Hx, Hy, c, evaluations), scaled to the bound."""
+    from scipy.optimize import minimize
+
+    nx, ny = grid.shape
+    Lx, Ly = level_factors(nx), level_factors(ny)  # noqa: N806
+    k = max(len(Lx), len(Ly))
+
+    def build(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+        w = np.exp(theta[1:])
+        Hx = np.vstack([w[i] * L for i, L in enumerate(Lx)])  # noqa: N806
+        Hy = np.vstack([w[i] * L for i, L in enumerate(Ly)])  # noqa: N806
+        return Hx, Hy, float(np.exp(theta[0]))
+
+    best: list[Any] = [np.inf, None]
+    evals = [0]
+
+    class _Stop(Exception):
+        pass
+
+    def f(theta: np.ndarray) -> float:
+        if time.perf_counter() > deadline:
+            raise _Stop
+        evals[0] += 1
+        Hx, Hy, c = build(theta)  # noqa: N806
+        try:
+            r, _ = kron_ratio(Hx, Hy, grid, c)
+            e = kron_error(Hx, Hy, Gx, Gy, c) * r * r
+        except SolverError:
+            return 1e300
+        if e < best[0]:
+            best[0], best[1] = e, theta.copy()
+        return float(np.log(e))
+
+    theta0 = np.r_[1.0, np.zeros(k)]  # the cells at e times every level's weight
+    try:
+        for c0 in (0.0, 1.0, 2.0):  # a coarse look at the share of the cells first
+            f(np.r_[c0, np.zeros(k)])
+        minimize(f, best[1] if best[1] is not None else theta0, method="Nelder-Mead",
+                 options={"maxfev": 400 * (k + 1), "xatol": 1e-3, "fatol": 1e-5})
+    except _Stop:
+        pass
+    if best[1] is None:
+        raise SolverError("no cells-and-levels strategy was evaluated before the deadline")
+    Hx, Hy, c = build(best[1])  # noqa: N806
+    Hx, Hy, c, _ = _scaled(Hx, Hy, grid, c)  # noqa: N806
+    return kron_error(Hx, Hy, Gx, Gy, c), Hx, Hy, c, evals[0]
 
 
 def design_kron(Gx: np.ndarray, Gy: np.ndarray, grid: KronGrid, *,  # noqa: N803
                 time_limit: float = 300.0, maxiter: int = 200, lower_bound: bool = True,
-                starts: tuple[str, ...] = ("identity", "hierarchical")) -> KronResult:
-    """Optimise a product strategy ``Bx (x) By`` for the workload of Gram ``Gx (x) Gy`` on an
-    evenly spaced ``grid`` (each axis; the exact privacy bound :func:`kron_ratio` takes any
-    spacing): L-BFGS on ``2 log c + log t_x + log t_y`` with c the smoothed bound of
-    :func:`kron_ratio` over lags, from each start, rounds of rising temperature.  The result is
-    scaled by the exact bound and evaluated exactly (:func:`kron_error`)."""
+                starts: tuple[str, ...] = ("levels", "identity"),
+                levels_share: float = 0.5) -> KronResult:
+    """Optimise a strategy ``[cells I ; Bx (x) By]`` for the workload of Gram ``Gx (x) Gy`` on
+    an evenly spaced ``grid`` (each axis; the privacy bound :func:`kron_ratio` takes any
+    spacing), the best of:
+
+    * ``levels``: every cell plus the product of the shifted dyadic blocks of the axes, one
+      weight per level and one for the cells, by Nelder-Mead on the exact scaled error
+      (:func:`_cells_and_levels`, ``levels_share`` of the time);
+    * ``identity`` (each cell once, the pure product ``I (x) I``) polished: L-BFGS on
+      ``2 log c + log t_x + log t_y`` with c the smoothed bound of :func:`kron_ratio` over lags,
+      rounds of rising temperature, until the time limit.
+
+    The result is scaled by the exact bound and evaluated exactly (:func:`kron_error`)."""
     from scipy.optimize import minimize
 
     t0 = time.perf_counter()
@@ -475,15 +594,26 @@ def design_kron(Gx: np.ndarray, Gy: np.ndarray, grid: KronGrid, *,  # noqa: N803
     E[0, 0] = np.inf
     if np.any(E[np.isfinite(E)] <= 0):
         raise SolverError("two distinct cells with budget 0")
+    unknown = set(starts) - {"levels", "identity", "hierarchical"}
+    if unknown:
+        raise SolverError(f"unknown Kronecker starts {sorted(unknown)}")
     ax, ay = _Axis(Gx, nx), _Axis(Gy, ny)
+    scores: dict[str, float] = {}
+    history: dict[str, list[dict[str, Any]]] = {}
+    best: tuple[float, str, np.ndarray, np.ndarray, float] | None = None
+    if "levels" in starts:
+        t1 = time.perf_counter()
+        share_end = t1 + levels_share * max(0.0, deadline - t1) if len(starts) > 1 else deadline
+        e_l, Hx, Hy, c_l, n_ev = _cells_and_levels(Gx, Gy, grid, share_end)  # noqa: N806
+        scores["levels"] = e_l
+        history["levels"] = [{"evaluations": n_ev, "error": e_l,
+                              "seconds": round(time.perf_counter() - t1, 2)}]
+        best = (e_l, "levels", Hx, Hy, c_l)
     cands: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     if "identity" in starts:
         cands["identity"] = (np.eye(nx), np.eye(ny))
     if "hierarchical" in starts:
         cands["hierarchical"] = (hierarchical_factor(nx), hierarchical_factor(ny))
-    scores: dict[str, float] = {}
-    history: dict[str, list[dict[str, Any]]] = {}
-    best: tuple[float, str, np.ndarray, np.ndarray] | None = None
     share = max(0.0, deadline - time.perf_counter()) / max(len(cands), 1)
     for k, (name, (Bx, By)) in enumerate(cands.items()):  # noqa: N806
         Bx, By, _, _ = _scaled(Bx, By, grid)  # noqa: N806
@@ -491,7 +621,7 @@ def design_kron(Gx: np.ndarray, Gy: np.ndarray, grid: KronGrid, *,  # noqa: N803
         scores[name] = err
         hist = [{"round": 0, "error": err}]
         if best is None or err < best[0]:
-            best = (err, name, Bx, By)
+            best = (err, name, Bx, By, 0.0)
         stop_at = time.perf_counter() + share if k < len(cands) - 1 else deadline
         for r, (t, sm) in enumerate(zip(TEMPERATURES, SMOOTHING, strict=True)):
             if time.perf_counter() > stop_at:
@@ -528,19 +658,20 @@ def design_kron(Gx: np.ndarray, Gy: np.ndarray, grid: KronGrid, *,  # noqa: N803
             hist.append({"round": r + 1, "error": e2, "iters": int(res.nit),
                          "seconds": round(time.perf_counter() - t0, 2)})
             if e2 < best[0]:
-                best = (e2, f"{name}+polish", Cx, Cy)
+                best = (e2, f"{name}+polish", Cx, Cy, 0.0)
             if e2 > hist[-2]["error"] * (1 - 1e-4):
                 break
             Bx, By = Cx, Cy  # noqa: N806
         history[name] = hist
     assert best is not None
-    err, name, Bx, By = best  # noqa: N806
-    ratio, where = kron_ratio(Bx, By, grid)
+    err, name, Bx, By, cells = best  # noqa: N806
+    ratio, where = kron_ratio(Bx, By, grid, cells)
     ex, ey = grid.edge_budgets()
     eps_min = float(min(ex.min(), ey.min()))
     lb = kron_lower_bound(Gx, Gy, grid) if lower_bound else None
     report = {"start": name, "starts": scores, "history": history, "basis": "kronecker",
-              "p": int(Bx.shape[0] * By.shape[0]), "max_ratio": ratio,
+              "p": int(Bx.shape[0] * By.shape[0] + (nx * ny if cells else 0)),
+              "cells": cells, "max_ratio": ratio,
               "worst_pair": f"dx={where[0]:g}, dy={where[1]:g}",
               "seconds": time.perf_counter() - t0}
-    return KronResult(Bx, By, err, ratio, lb, identity_error(Gx, Gy, eps_min), report)
+    return KronResult(Bx, By, cells, err, ratio, lb, identity_error(Gx, Gy, eps_min), report)

@@ -78,6 +78,12 @@ def test_structured_ratio_bounds_the_brute_force_check(axes, budget, kind):
     # after scaling by the bound, the brute-force check over every pair passes
     s = 1.0 / np.sqrt(bound)
     assert all_pairs_ratio(np.kron(Bx * s, By * s), _budget(grid)) <= 1 + 1e-12
+    # with every cell measured too: [c I ; Bx (x) By]
+    c = 0.3 * float(np.abs(Bx).sum(axis=0).max() * np.abs(By).sum(axis=0).max())
+    bound_c, _ = kron_ratio(Bx, By, grid, c)
+    A = np.vstack([c * np.eye(Bx.shape[1] * By.shape[1]), np.kron(Bx, By)])
+    assert all_pairs_ratio(A, _budget(grid)) <= bound_c * (1 + 1e-12)
+    assert all_pairs_ratio(A / bound_c, _budget(grid)) <= 1 + 1e-12
 
 
 @pytest.mark.parametrize("shape", [(6, 5), (8, 8), (4, 7)])
@@ -113,6 +119,9 @@ def test_closed_form_error_equals_the_dense_known_total_error(shape):
     G = rectangle_gram(nx, ny)
     dense = 2.0 * Objective(_centred(G), True).value(np.kron(Bx, By))
     assert kron_error(Bx, By, Gx, Gy) == pytest.approx(dense, rel=1e-9)
+    A = np.vstack([0.4 * np.eye(nx * ny), np.kron(Bx[:2], By[:3])])  # cells + rank-deficient
+    dense = 2.0 * Objective(_centred(G), True).value(A)
+    assert kron_error(Bx[:2], By[:3], Gx, Gy, 0.4) == pytest.approx(dense, rel=1e-9)
     # each cell once at half the smallest budget: identity_error's closed form
     eps_min = 0.7
     C = np.eye(nx * ny) * eps_min / 2
@@ -120,12 +129,17 @@ def test_closed_form_error_equals_the_dense_known_total_error(shape):
         2.0 * Objective(_centred(G), True).value(C), rel=1e-9)
 
 
-def test_estimate_and_variances_equal_dense_least_squares():
+@pytest.mark.parametrize("cells", [0.0, 0.7])
+def test_estimate_and_variances_equal_dense_least_squares(cells):
     nx, ny = 5, 4
     rng = np.random.default_rng(5)
     Bx, By = rng.normal(size=(nx + 1, nx)), rng.normal(size=(ny + 2, ny))
+    if cells:  # rank-deficient factors: the cells make the strategy full rank
+        Bx, By = rng.normal(size=(2, nx)), rng.normal(size=(3, ny))
     A = np.kron(Bx, By)
-    est = KronEstimator(Bx, By)
+    if cells:
+        A = np.vstack([cells * np.eye(nx * ny), A])
+    est = KronEstimator(Bx, By, cells)
     x = rng.integers(0, 9, nx * ny).astype(float)
     assert np.allclose(est.measure(x), A @ x)
     y = A @ x + rng.normal(size=A.shape[0])
@@ -133,10 +147,15 @@ def test_estimate_and_variances_equal_dense_least_squares():
     X, z, share = estimate_map(A, Basis.identity(nx * ny), G)
     assert share < 1e-12
     assert np.allclose(est.estimate(y, x.sum()), X @ y + x.sum() * z, atol=1e-9)
-    # the covariance of the estimate, by axes, against the dense one
-    Xx, Xy, vx, vy = est.axis_covariances()
-    cov = 2.0 * (np.kron(Xx, Xy) - np.outer(np.kron(vx, vy), np.kron(vx, vy)) / (vx.sum() * vy.sum()))
-    assert np.allclose(cov, 2.0 * X @ X.T, atol=1e-9)
+    # every rectangle's variance, by axes, against the dense covariance 2 X X'
+    from dprivacy.implicit_workload import ImplicitWorkload
+
+    W = ImplicitWorkload.all_rectangles(nx, ny)
+    dense = 2.0 * W.quadratic_diagonal(X @ X.T)
+    assert np.allclose(est.range_variances().ravel(), dense, rtol=1e-8, atol=1e-9)
+    assert np.allclose(est.range_variances(slice(3, 7)), dense.reshape(15, 10)[3:7], atol=1e-9)
+    assert kron_error(Bx, By, range_gram(nx), range_gram(ny), cells) == pytest.approx(
+        dense.sum(), rel=1e-9)
 
 
 @pytest.mark.parametrize("shape", [(6, 5), (8, 8)])
