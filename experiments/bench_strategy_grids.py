@@ -65,7 +65,6 @@ def _sampled_exact(Bx: np.ndarray, By: np.ndarray, n: int, rng: np.random.Genera
 def run_case(n: int, path: str, time_limit: float) -> dict:
     """One case, in this process (the parent reads its peak RSS)."""
     import dprivacy as dp
-    from dprivacy.mechanisms.kron_strategy import KRON_MIN_N
     from solvers.strategy.implicit import range_gram
     from solvers.strategy.kron import identity_error
 
@@ -93,7 +92,6 @@ def run_case(n: int, path: str, time_limit: float) -> dict:
     else:
         row["sampled exact"] = None
         row["p"] = d.p
-    row["dense path limit N"] = KRON_MIN_N
     row["load start"] = round(load0[0], 1)
     row["load end"] = round(os.getloadavg()[0], 1)
     return row

@@ -243,10 +243,11 @@ def design_strategy(workload: Workload | Any, universe: Universe, metric: Metric
         (``A x + N(0, I_p)``, ``rho``-zCDP per unit of the metric: the convex program in
         X = A'A solved to a certified gap, see :mod:`solvers.strategy.gaussian`).
     rho : the zCDP parameter per unit of the metric (Gaussian noise only; required there).
-    structure : "auto" (default), "kronecker" or "dense".  All rectangles of a grid of more than
-        4096 cells get a Kronecker strategy ``A_x (x) A_y`` ("auto"; "kronecker" forces it on
-        any grid): designed, checked and answered from its two factors
-        (:mod:`dprivacy.mechanisms.kron_strategy`; Euclidean metric only).
+    structure : "auto" (default), "kronecker" or "dense".  All rectangles of a grid of at least
+        32 x 32 cells under the Euclidean metric get a strategy ``[c I ; A_x (x) A_y]`` (every
+        cell and a Kronecker product; "kronecker" forces it on any grid): designed, checked and
+        answered from its two factors (:mod:`dprivacy.mechanisms.kron_strategy`; beyond 8192
+        cells the only strategy, Euclidean metric only).
     **options : passed to :func:`solvers.strategy.optimize_strategy` (``starts``, ``rounds``,
         ``maxiter``, ``time_limit`` in seconds, ``polish_top``, ``lower_bound``; a Kronecker
         design takes ``time_limit`` and ``lower_bound``), or for
@@ -275,7 +276,9 @@ def design_strategy(workload: Workload | Any, universe: Universe, metric: Metric
     if structure == "kronecker" and not rect:
         raise ValidationError("a Kronecker strategy is for all rectangles of a grid "
                               "(ImplicitWorkload.all_rectangles)")
-    if rect and (structure == "kronecker" or (structure == "auto" and W.N > ks.KRON_MIN_N)):
+    auto_kron = structure == "auto" and rect and W.N >= ks.KRON_MIN_N and noise == "laplace" \
+        and baseline is None and (W.N > 8192 or ks.kron_metric(metric))
+    if rect and (structure == "kronecker" or auto_kron):
         if noise != "laplace" or rho is not None or baseline is not None:
             raise ValidationError("a Kronecker strategy takes Laplace noise and no baseline")
         assert isinstance(W, ImplicitWorkload)
@@ -326,8 +329,11 @@ def design_strategy(workload: Workload | Any, universe: Universe, metric: Metric
 
 
 def _design_kron(W: ImplicitWorkload, universe: Universe, metric: Metric, *,  # noqa: N803
-                 time_limit: float = 600.0, lower_bound: bool = True) -> StrategyDesign:
-    """A Kronecker strategy for all rectangles (module kron_strategy)."""
+                 time_limit: float | None = None, lower_bound: bool = True) -> StrategyDesign:
+    """A Kronecker strategy for all rectangles (module kron_strategy); the search stops after
+    ``time_limit`` seconds (default :func:`ks.default_time_limit`)."""
+    if time_limit is None:
+        time_limit = ks.default_time_limit(W.N)
     grid = ks.kron_grid(universe, metric)
     Gx, Gy = W.axis_grams()  # noqa: N806
     res = call_solver(design_kron, Gx, Gy, grid, time_limit=time_limit, lower_bound=lower_bound)

@@ -386,7 +386,8 @@ class _Axis:
         self.I, self.J, lag = I[order], J[order], lag[order]
         self.starts = np.flatnonzero(np.r_[True, np.diff(lag) != 0])  # lag 1, 2, ..., n - 1
 
-    def parts(self, B: np.ndarray, t: float, delta: float) -> dict[str, Any]:
+    def parts(self, B: np.ndarray, t: float, delta: float, trace: bool = True
+              ) -> dict[str, Any]:
         Z = B[:, self.J] - B[:, self.I]
         rz = np.sqrt(Z * Z + delta * delta)
         D = (rz - delta).sum(axis=0)
@@ -394,6 +395,9 @@ class _Axis:
         rb = np.sqrt(B * B + delta * delta)
         nc = (rb - delta).sum(axis=0)
         nmax, wn = _lse(nc, t)
+        if not trace:
+            return {"L": np.r_[0.0, Lk], "n": nmax, "Z": Z, "rz": rz, "wk": wk, "rb": rb,
+                    "wn": wn}
         X = B.T @ B
         fac = sla.cho_factor(X, check_finite=False)
         XiG = sla.cho_solve(fac, self.G, check_finite=False)
@@ -439,6 +443,111 @@ def _objective(zx: np.ndarray, zy: np.ndarray, ax: _Axis, ay: _Axis, E: np.ndarr
     gx = 2.0 / c * ax.grad(zx, px, gLx, gnx) - 2.0 * zx @ px["Y"] / px["tr"]
     gy = 2.0 / c * ay.grad(zy, py, gLy, gny) - 2.0 * zy @ py["Y"] / py["tr"]
     return float(f), gx, gy
+
+
+def _smoothed_ratio(px: dict[str, Any], py: dict[str, Any], cells: float, E: np.ndarray,  # noqa: N803
+                    t: float) -> tuple[float, np.ndarray, np.ndarray, float, float, float]:
+    """The smoothed bound of :func:`kron_ratio` over lags and its derivatives in the lag
+    profiles, the largest column norms and the cells weight: (c, gLx, gLy, gnx, gny, gcells)."""
+    Lx, Ly, nx, ny = px["L"], py["L"], px["n"], py["n"]  # noqa: N806
+    a = (Lx[:, None] * ny + nx * Ly[None, :]) / E
+    b = 2.0 * nx * ny / E
+    m = np.minimum(a, b)
+    ea, eb = np.exp(-t * (a - m)), np.exp(-t * (b - m))
+    T = m - np.log(ea + eb) / t + 2.0 * cells / E  # noqa: N806
+    wa = ea / (ea + eb)
+    c, w = _lse(T.ravel(), t)
+    w = w.reshape(T.shape) / E
+    w_a, w_b = w * wa, w * (1.0 - wa)
+    gLx = (w_a * ny).sum(axis=1)[1:]  # noqa: N806
+    gLy = (w_a * nx).sum(axis=0)[1:]  # noqa: N806
+    gnx = float((w_a * Ly[None, :]).sum()) + 2.0 * ny * float(w_b.sum())
+    gny = float((w_a * Lx[:, None]).sum()) + 2.0 * nx * float(w_b.sum())
+    return c, gLx, gLy, gnx, gny, 2.0 * float(w.sum())
+
+
+def _union_objective(zx: np.ndarray, zy: np.ndarray, gamma: float, ax: _Axis, ay: _Axis,
+                     E: np.ndarray, t: float, delta: tuple[float, float]  # noqa: N803
+                     ) -> tuple[float, np.ndarray, np.ndarray, float]:
+    """``2 log c + log tr(G X^{-1})`` for ``[e^gamma I ; Bx (x) By]`` (smoothed c; X in the
+    factors' eigenbases, :class:`Spectrum`) and its gradients in Bx, By and gamma."""
+    cells = float(np.exp(gamma))
+    px = ax.parts(zx, t, delta[0], trace=False)
+    py = ay.parts(zy, t, delta[1], trace=False)
+    c, gLx, gLy, gnx, gny, gcl = _smoothed_ratio(px, py, cells, E, t)  # noqa: N806
+    lx, Ux = sla.eigh(zx.T @ zx)  # noqa: N806
+    ly, Uy = sla.eigh(zy.T @ zy)  # noqa: N806
+    lx, ly = np.clip(lx, 0.0, None), np.clip(ly, 0.0, None)
+    D = cells * cells + np.outer(lx, ly)  # noqa: N806
+    Hx, Hy = Ux.T @ ax.G @ Ux, Uy.T @ ay.G @ Uy  # noqa: N806
+    hx, hy = np.diag(Hx), np.diag(Hy)
+    R = 1.0 / D  # noqa: N806
+    tr = float(hx @ R @ hy)
+    Kx = Hx * ((R * (hy * ly)[None, :]) @ R.T)  # noqa: N806
+    Ky = Hy * ((R.T * (hx * lx)[None, :]) @ R)  # noqa: N806
+    gtx = -2.0 * zx @ (Ux @ Kx @ Ux.T)
+    gty = -2.0 * zy @ (Uy @ Ky @ Uy.T)
+    gtc = -2.0 * cells * float(hx @ (R * R) @ hy)
+    f = 2.0 * np.log(c) + np.log(tr)
+    gx = 2.0 / c * ax.grad(zx, px, gLx, gnx) + gtx / tr
+    gy = 2.0 / c * ay.grad(zy, py, gLy, gny) + gty / tr
+    gg = cells * (2.0 / c * gcl + gtc / tr)
+    return float(f), gx, gy, float(gg)
+
+
+def _polish_union(Hx: np.ndarray, Hy: np.ndarray, cells: float, ax: _Axis, ay: _Axis,  # noqa: N803
+                  E: np.ndarray, grid: KronGrid, Gx: np.ndarray, Gy: np.ndarray,  # noqa: N803
+                  deadline: float, maxiter: int
+                  ) -> tuple[float, np.ndarray, np.ndarray, float, list[dict[str, Any]]]:
+    """L-BFGS on :func:`_union_objective` from ``[cells I ; Hx (x) Hy]``, rounds of rising
+    temperature until ``deadline``; each round's result scaled by the exact bound and scored
+    exactly.  Returns the best (error, Bx, By, cells, history)."""
+    from scipy.optimize import minimize
+
+    best = (kron_error(Hx, Hy, Gx, Gy, cells), Hx, Hy, cells)
+    hist: list[dict[str, Any]] = [{"round": 0, "error": best[0]}]
+    Bx, By, c = Hx, Hy, cells  # noqa: N806
+    for r, (t, sm) in enumerate(zip(TEMPERATURES, SMOOTHING, strict=True)):
+        if time.perf_counter() > deadline:
+            break
+        shp = (Bx.shape, By.shape)
+        cut = Bx.size
+        delta = (sm * float(np.abs(Bx).mean()), sm * float(np.abs(By).mean()))
+
+        def fun(z: np.ndarray, t: float = t, delta: tuple[float, float] = delta,
+                shp: tuple[tuple[int, ...], ...] = shp, cut: int = cut
+                ) -> tuple[float, np.ndarray]:
+            try:
+                f, gx, gy, gg = _union_objective(z[:cut].reshape(shp[0]),
+                                                 z[cut:-1].reshape(shp[1]), float(z[-1]),
+                                                 ax, ay, E, t, delta)
+            except (np.linalg.LinAlgError, ValueError, FloatingPointError):
+                return 1e30, np.zeros_like(z)
+            if not np.isfinite(f):
+                return 1e30, np.zeros_like(z)
+            return f, np.concatenate([gx.ravel(), gy.ravel(), [gg]])
+
+        def stop(intermediate_result: object) -> None:
+            if time.perf_counter() > deadline:
+                raise StopIteration
+
+        with np.errstate(over="ignore", under="ignore"):
+            res = minimize(fun, np.concatenate([Bx.ravel(), By.ravel(), [np.log(max(c, 1e-300))]]),
+                           jac=True, method="L-BFGS-B", callback=stop,
+                           options={"maxiter": maxiter, "maxcor": 20})
+        try:
+            Cx, Cy, cc, _ = _scaled(res.x[:cut].reshape(shp[0]),  # noqa: N806
+                                    res.x[cut:-1].reshape(shp[1]), grid, float(np.exp(res.x[-1])))
+            e2 = kron_error(Cx, Cy, Gx, Gy, cc)
+        except SolverError:
+            break
+        hist.append({"round": r + 1, "error": e2, "iters": int(res.nit)})
+        if e2 < best[0]:
+            best = (e2, Cx, Cy, cc)
+        if e2 > hist[-2]["error"] * (1 - 1e-4):
+            break
+        Bx, By, c = Cx, Cy, cc  # noqa: N806
+    return best[0], best[1], best[2], best[3], hist
 
 
 @dataclass
@@ -563,14 +672,16 @@ def _cells_and_levels(Gx: np.ndarray, Gy: np.ndarray, grid: KronGrid,  # noqa: N
 def design_kron(Gx: np.ndarray, Gy: np.ndarray, grid: KronGrid, *,  # noqa: N803
                 time_limit: float = 300.0, maxiter: int = 200, lower_bound: bool = True,
                 starts: tuple[str, ...] = ("levels", "identity"),
-                levels_share: float = 0.5) -> KronResult:
+                levels_share: float = 0.4, polish_share: float = 0.9) -> KronResult:
     """Optimise a strategy ``[cells I ; Bx (x) By]`` for the workload of Gram ``Gx (x) Gy`` on
     an evenly spaced ``grid`` (each axis; the privacy bound :func:`kron_ratio` takes any
     spacing), the best of:
 
     * ``levels``: every cell plus the product of the shifted dyadic blocks of the axes, one
       weight per level and one for the cells, by Nelder-Mead on the exact scaled error
-      (:func:`_cells_and_levels`, ``levels_share`` of the time);
+      (:func:`_cells_and_levels`, ``levels_share`` of the time), then every entry of both
+      factors and the cells weight by L-BFGS on the smoothed bound and the error in the
+      factors' eigenbases (:func:`_polish_union`, ``polish_share`` of the time left);
     * ``identity`` (each cell once, the pure product ``I (x) I``) polished: L-BFGS on
       ``2 log c + log t_x + log t_y`` with c the smoothed bound of :func:`kron_ratio` over lags,
       rounds of rising temperature, until the time limit.
@@ -609,6 +720,13 @@ def design_kron(Gx: np.ndarray, Gy: np.ndarray, grid: KronGrid, *,  # noqa: N803
         history["levels"] = [{"evaluations": n_ev, "error": e_l,
                               "seconds": round(time.perf_counter() - t1, 2)}]
         best = (e_l, "levels", Hx, Hy, c_l)
+        t2 = time.perf_counter()
+        polish_end = t2 + polish_share * max(0.0, deadline - t2) if len(starts) > 1 else deadline
+        e_p, Px, Py, c_p, hist_p = _polish_union(Hx, Hy, c_l, ax, ay, E, grid, Gx, Gy,  # noqa: N806
+                                                 polish_end, maxiter)
+        history["levels+polish"] = hist_p
+        if e_p < best[0]:
+            best = (e_p, "levels+polish", Px, Py, c_p)
     cands: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     if "identity" in starts:
         cands["identity"] = (np.eye(nx), np.eye(ny))

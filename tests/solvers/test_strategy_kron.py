@@ -228,3 +228,35 @@ def test_objective_gradient_matches_finite_differences():
                 fd = (_objective(*args_p, ax, ay, E, t, (0.05, 0.05))[0]
                       - _objective(*args_m, ax, ay, E, t, (0.05, 0.05))[0]) / (2 * h)
                 assert g[i, j] == pytest.approx(fd, rel=1e-4, abs=1e-6)
+
+
+def test_union_objective_gradient_matches_finite_differences():
+    from solvers.strategy.kron import _Axis, _union_objective
+
+    nx, ny = 5, 4
+    rng = np.random.default_rng(9)
+    Bx, By = rng.normal(size=(3, nx)), rng.normal(size=(2, ny))  # rank deficient: cells needed
+    kk, ll = np.meshgrid(np.arange(nx) * 1.0, np.arange(ny) * 1.0, indexing="ij")
+    E = np.hypot(kk, ll) * 0.7
+    E[0, 0] = np.inf
+    ax, ay = _Axis(range_gram(nx), nx), _Axis(range_gram(ny), ny)
+    g0 = np.log(0.8)
+    for t in (5.0, 50.0):
+        def f(bx, by, g, t=t):
+            return _union_objective(bx, by, g, ax, ay, E, t, (0.05, 0.05))
+
+        val, gx, gy, gg = f(Bx, By, g0)
+        h = 1e-6
+        assert gg == pytest.approx((f(Bx, By, g0 + h)[0] - f(Bx, By, g0 - h)[0]) / (2 * h),
+                                   rel=1e-4, abs=1e-6)
+        for B, g, which in ((Bx, gx, 0), (By, gy, 1)):
+            for _ in range(4):
+                i, j = rng.integers(B.shape[0]), rng.integers(B.shape[1])
+                Bp, Bm = B.copy(), B.copy()
+                Bp[i, j] += h
+                Bm[i, j] -= h
+                if which == 0:
+                    fd = (f(Bp, By, g0)[0] - f(Bm, By, g0)[0]) / (2 * h)
+                else:
+                    fd = (f(Bx, Bp, g0)[0] - f(Bx, Bm, g0)[0]) / (2 * h)
+                assert g[i, j] == pytest.approx(fd, rel=1e-4, abs=1e-6)
