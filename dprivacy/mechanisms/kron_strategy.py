@@ -109,6 +109,9 @@ def kron_grid(universe: Universe, metric: Metric) -> KronGrid:
             np.ravel(ia) * ys.size + np.ravel(ib), np.arange(universe.N)):
         raise ValidationError("a Kronecker strategy needs the points on a full grid, element "
                               "a * ny + b at the a-th x and the b-th y value")
+    from dprivacy.metrics.geometric import Euclidean
+
+    assert isinstance(metric, Euclidean)
     e = float(metric.eps_per_unit)
     return KronGrid(xs, ys, lambda dx, dy: e * np.hypot(dx, dy))
 
