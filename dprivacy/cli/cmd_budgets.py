@@ -9,7 +9,9 @@ own budget left (a distribution, not one line per person), and how many queries 
 This is the owner's command: it runs where the state directory is, and nothing of it is served
 over HTTP (analysts see only their own PINQ budget, ``remaining_budget()``). It may run while
 the service is serving: both stores are made to be shared by processes, and this command only
-reads them (it creates nothing for a source that was never served).
+reads them (it creates nothing for a source that was never served). The personal budgets of a
+source read through Spark are aggregated by a local Spark session from their directory (which
+is mounted on the service's machine: it must be POSIX); no person's budget is printed.
 """
 
 from __future__ import annotations
@@ -72,6 +74,8 @@ def _proper_rows(cfg: Any, src: Any) -> tuple[list[dict[str, Any]], dict[str, An
     from dprivacy.tables.budgets.ledger import _PER_EPS
     from dprivacy.tables.budgets.slot_store import SlotStore
 
+    if src.engine == "spark":
+        return _spark_proper_rows(cfg, src)
     path = proper_store(cfg, src.name)
     if not path.is_file():
         return [], {"people": 0, "queries": 0, "served": False}
@@ -103,6 +107,52 @@ def _proper_rows(cfg: Any, src: Any) -> tuple[list[dict[str, Any]], dict[str, An
                "median": float(np.median(rem)) if rem.size else 0.0,
                "max": float(rem.max()) if rem.size else 0.0,
                "spent": float((init - rem).sum())}
+    return rows, summary
+
+
+def _spark_proper_rows(cfg: Any, src: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The distribution of a Spark source's personal budgets, aggregated by a local Spark
+    session from its SparkBudgetTable (the directory is mounted here: it must be POSIX)."""
+    path = Path(cfg.spark.budget_dir) / f"proper-{src.name}"
+    if not (path / "_commits").is_dir():
+        return [], {"people": 0, "queries": 0, "served": False}
+    from pyspark.sql import functions as F
+
+    from dprivacy.tables.budgets.ledger import _PER_EPS
+    from dprivacy.tables.budgets.spark_budgets import SparkBudgetTable
+    from dprivacy.tables.relations.engine.spark import local_session
+
+    store = SparkBudgetTable(path, session=local_session(2))
+    try:
+        f = store.frame().select((F.col("initial") / _PER_EPS).alias("i"),
+                                 (F.col("remaining") / _PER_EPS).alias("r"))
+        queries = len(store.queries())
+        share = F.when(F.col("i") > 0, F.col("r") / F.col("i")).otherwise(F.lit(0.0))
+        aggs = []
+        for k, (_label, lo, hi) in enumerate(BUCKETS):
+            if lo is None:
+                m = F.col("r") <= 0
+            elif hi is None:
+                m = (F.col("r") >= F.col("i")) & (F.col("r") > 0)
+            else:
+                m = (F.col("r") > 0) & (F.col("r") < F.col("i")) & (share > lo) & (share <= hi)
+            aggs += [F.count(F.when(m, 1)).alias(f"n{k}"),
+                     F.sum(F.when(m, F.col("i"))).alias(f"i{k}"),
+                     F.sum(F.when(m, F.col("r"))).alias(f"r{k}")]
+        aggs += [F.count(F.lit(1)).alias("people"), F.min("r").alias("min"),
+                 F.percentile(F.col("r"), F.lit(0.5)).alias("median"), F.max("r").alias("max"),
+                 F.sum(F.col("i") - F.col("r")).alias("spent")]
+        got = f.agg(*aggs).first().asDict()
+    finally:
+        store.close()
+    rows = []
+    for k, (label, _lo, _hi) in enumerate(BUCKETS):
+        init, rem = float(got[f"i{k}"] or 0.0), float(got[f"r{k}"] or 0.0)
+        rows.append({"source": src.name, "kind": "proper", "unit": "eps", "analyst": None,
+                     "left": label, "people": int(got[f"n{k}"]), "initial": init,
+                     "spent": init - rem, "remaining": rem, "charges": None})
+    summary = {"people": int(got["people"]), "queries": queries, "served": True,
+               **{k: float(got[k] or 0.0) for k in ("min", "median", "max", "spent")}}
     return rows, summary
 
 

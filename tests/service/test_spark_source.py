@@ -265,10 +265,11 @@ def _serve(cfg: Path, port: int) -> subprocess.Popen:
 
 
 @pytest.mark.slow
-def test_sigkill_of_a_server_with_spark_sources(tmp_path: Path) -> None:
+def test_sigkill_of_a_server_with_spark_sources(tmp_path: Path, capsys) -> None:
     """kill -9 of ``dprivacy serve`` while an analyst queries Spark-backed sources: every
     released answer was charged (PINQ in the ledger, ProPer in the SparkBudgetTable), nothing
-    is lost or charged twice, and the committed queries are the ones the budgets show."""
+    is lost or charged twice, and the committed queries are the ones the budgets show (and the
+    owner's ``dprivacy budgets`` prints)."""
     _need_java()
     from dprivacy.tables import Ledger
     from dprivacy.tables.budgets.spark_budgets import SparkBudgetTable
@@ -330,3 +331,31 @@ def test_sigkill_of_a_server_with_spark_sources(tmp_path: Path) -> None:
     # ... and every released answer was committed first (an overrun one that never started
     # charged nobody; at most one more query was in flight)
     assert n_proper - overruns <= len(charged) <= n_proper + 1
+
+    from dprivacy.cli.app import main
+
+    capsys.readouterr()
+    assert main(["budgets", "--config", str(cfg)]) == 0
+    out = capsys.readouterr().out
+    assert f"source people (ProPer, 50 people, {len(queries)} queries committed)" in out
+    lines = [ln.split() for ln in out.splitlines()]
+    k = 10 if charged else 0
+    assert ["all", "(untouched)", str(50 - k)] in lines and ["(75%,", "100%)", str(k)] in lines
+
+
+def test_the_documented_spark_configuration_parses(tmp_path: Path) -> None:
+    """docs/service.md's [[source]] + [spark] example is a valid configuration."""
+    import re
+    import tomllib
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "service.md").read_text()
+    section = page[page.index("## Sources in a cluster (Spark)"):]
+    block = re.search(r"```toml\n(.*?)```", section, re.S)
+    assert block is not None
+    doc = tomllib.loads(block.group(1))
+    doc["analyst"] = [{"name": "alice", "key_sha256": "0" * 64}]
+    cfg = parse_config(doc, tmp_path, Path("st"))
+    src = cfg.sources[0]
+    assert (src.engine, src.url, src.max_rows) == ("spark", "s3a://warehouse/people/", 10**8)
+    assert cfg.spark is not None and cfg.spark.budget_dir == Path("/mnt/shared/dprivacy-budgets")
+    assert cfg.costs("spark") == (2.0, 0.02, 2e-7, 500_000_000)

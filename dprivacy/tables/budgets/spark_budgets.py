@@ -253,6 +253,14 @@ class SparkBudgetTable:
             raise UnknownRecordError("unknown record id: it was never registered")
         return np.array([got[int(x)] for x in a], dtype=np.int64) / _PER_EPS
 
+    def frame(self) -> Any:
+        """The current budgets as a Spark DataFrame ``(id, initial, remaining)`` in units of
+        10⁻⁹ ε, empty before the first registration (the curator's view: aggregate it in the
+        cluster; never serve it)."""
+        spark = self._spark()
+        _, meta = self.log.latest()
+        return self._frame(spark, meta).select("id", "initial", "remaining")
+
     def queries(self) -> list[tuple[int, str | None, int, float]]:
         """The committed queries: (number, label, payers, total ε charged), oldest first."""
         out = []
