@@ -40,7 +40,7 @@ def _unpack_array(blob: bytes, size: int, dtype: type = np.int64) -> np.ndarray:
     if size == 0:
         return np.zeros(0, dtype=dtype)
     buf = pa.decompress(blob, decompressed_size=size, codec=_CODEC)
-    out = np.frombuffer(buf, dtype)
+    out: np.ndarray = np.frombuffer(buf, dtype)
     return out if out.flags.writeable else out.copy()
 
 
