@@ -64,12 +64,42 @@ def _rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def proper_spark(people: int, queries: int, tmp: Path, spark: Any = None) -> list[dict]:
-    """The benchmark row (see the module doc)."""
+def _budget_write(spark: Any, data: Path, tmp: Path) -> float:
+    """Seconds for Spark to write every person's (id, budget) once as Parquet: the yardstick of
+    a registration (one scan of the ids plus one write of the budgets)."""
+    from pyspark.sql import functions as F
+
+    out = tmp / "budget_write_yardstick"
+    shutil.rmtree(out, ignore_errors=True)
+    t0 = time.perf_counter()
+    (spark.read.parquet(str(data)).select("id", F.lit(1.0).alias("budget"))
+     .write.option("compression", "zstd").parquet(str(out)))
+    t = time.perf_counter() - t0
+    shutil.rmtree(out, ignore_errors=True)
+    return t
+
+
+def _store(kind: str, root: Path, spark: Any) -> Any:
+    from dprivacy.tables.budgets.spark_budgets import SparkBudgetTable
+    from dprivacy.tables.budgets.spark_slots import SparkSlotBudgets
+
+    if kind == "slots":
+        return SparkSlotBudgets(root, session=spark)
+    return SparkBudgetTable(root, session=spark)
+
+
+_NAMES = {"slots": "ProPer noisy_count, budgets beside the rows (SparkSlotBudgets)",
+          "table": "ProPer noisy_count, budgets in the cluster (SparkBudgetTable)"}
+
+
+def proper_spark(people: int, queries: int, tmp: Path, spark: Any = None,
+                 stores: tuple[str, ...] = ("slots",), total: int = 0) -> list[dict]:
+    """The benchmark rows, one per store kind (see the module doc). ``total`` > ``queries``:
+    the slot store then answers queries up to ``total`` (not interleaved with exact counts) before
+    its size is measured."""
     from ibis import _
 
     from dprivacy.tables import ProPerTable
-    from dprivacy.tables.budgets.spark_budgets import SparkBudgetTable
 
     spark = spark or session()
     tmp.mkdir(parents=True, exist_ok=True)
@@ -77,47 +107,81 @@ def proper_spark(people: int, queries: int, tmp: Path, spark: Any = None) -> lis
     t0 = time.perf_counter()
     write_people(spark, data, people)
     t_gen = time.perf_counter() - t0
-    root = tmp / f"budgets_{people}"
-    shutil.rmtree(root, ignore_errors=True)
-    store = SparkBudgetTable(root, session=spark)
-    rss0 = _rss_mib()
-    t0 = time.perf_counter()
-    p = ProPerTable(spark.read.parquet(str(data)), budget=1.0, ledger=store, id_column="id")
-    t_reg = time.perf_counter() - t0
-    sel = p.where(_.x > 0.5)
 
     def exact() -> int:
         return int(spark.read.parquet(str(data)).filter("x > 0.5").count())
 
     exact()  # warm-up
-    lib_t, ex_t = [], []
-    for i in range(queries):  # interleaved: library, exact, library, ...
-        t0 = time.perf_counter()
-        sel.noisy_count(0.1)
-        lib_t.append(time.perf_counter() - t0)
+    scans = []
+    for _i in range(3):
         t0 = time.perf_counter()
         exact()
-        ex_t.append(time.perf_counter() - t0)
-        print(f"  query {i + 1}: {lib_t[-1]:.1f} s (exact count {ex_t[-1]:.1f} s)", flush=True)
-    per_person = store.storage_bytes() / people
-    payers = [q[2] for q in store.queries()]
-    return [speed.row("ProPer noisy_count, budgets in the cluster (SparkBudgetTable)", people,
-                      "spark local[2]", statistics.median(lib_t), "Spark exact count",
-                      statistics.median(ex_t), float("nan"), queries=queries,
-                      per_query_s=" ".join(f"{t:.1f}" for t in lib_t),
-                      register_s=t_reg, generate_s=t_gen, store_bytes_per_person=per_person,
-                      payers_per_query=statistics.median(payers) if payers else 0,
-                      driver_peak_rss_mib=_rss_mib(), driver_rss_before_mib=rss0)]
+        scans.append(time.perf_counter() - t0)
+    t_write = _budget_write(spark, data, tmp)
+    rows = []
+    for kind in stores:
+        root = tmp / f"budgets_{kind}_{people}"
+        shutil.rmtree(root, ignore_errors=True)
+        store = _store(kind, root, spark)
+        rss0 = _rss_mib()
+        t0 = time.perf_counter()
+        p = ProPerTable(spark.read.parquet(str(data)), budget=1.0, ledger=store, id_column="id")
+        t_reg = time.perf_counter() - t0
+        print(f"{kind}: registered in {t_reg:.1f} s (exact scan {statistics.median(scans):.1f} s, "
+              f"budget write {t_write:.1f} s)", flush=True)
+        sel = p.where(_.x > 0.5)
+        lib_t, ex_t = [], []
+        for i in range(queries):  # interleaved: library, exact, library, ...
+            t0 = time.perf_counter()
+            sel.noisy_count(0.1)
+            lib_t.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            exact()
+            ex_t.append(time.perf_counter() - t0)
+            print(f"  {kind} query {i + 1}: {lib_t[-1]:.1f} s (exact count {ex_t[-1]:.1f} s, "
+                  f"load {os.getloadavg()[0]:.1f})", flush=True)
+        more = []
+        if kind == "slots":
+            for _i in range(queries, total):
+                t0 = time.perf_counter()
+                sel.noisy_count(0.1)
+                more.append(time.perf_counter() - t0)
+            store.wait_for_fold()
+        per_person = store.storage_bytes() / people
+        payers = [q[2] for q in store.queries()]
+        ratios = [a / b for a, b in zip(lib_t, ex_t, strict=True)]
+        rows.append(speed.row(
+            _NAMES[kind], people, "spark local[2]", statistics.median(lib_t), "Spark exact count",
+            statistics.median(ex_t), 10.0 if kind == "slots" else float("nan"), queries=queries,
+            per_query_s=" ".join(f"{t:.1f}" for t in lib_t),
+            exact_s=" ".join(f"{t:.1f}" for t in ex_t), worst_ratio=max(ratios),
+            register_s=t_reg, exact_scan_s=statistics.median(scans), budget_write_s=t_write,
+            register_ratio=t_reg / (statistics.median(scans) + t_write),
+            queries_total=queries + len(more),
+            later_median_s=statistics.median(more) if more else float("nan"),
+            later_max_s=max(more) if more else float("nan"),
+            generate_s=t_gen, store_bytes_per_person=per_person,
+            payers_first_query=payers[0] if payers else 0,
+            driver_peak_rss_mib=_rss_mib(), driver_rss_before_mib=rss0,
+            load_avg=" ".join(f"{x:.1f}" for x in os.getloadavg())))
+        store.close()
+    return rows
 
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--people", type=int, default=10**8)
     ap.add_argument("--queries", type=int, default=3)
+    ap.add_argument("--stores", default="slots,table",
+                    help="comma-separated: slots (SparkSlotBudgets), table (SparkBudgetTable)")
+    ap.add_argument("--total", type=int, default=100,
+                    help="queries answered by the slot store before its size is measured")
+    ap.add_argument("--memory", default="8g", help="Spark driver memory")
     ap.add_argument("--tmp", type=Path, default=Path("/var/tmp/dprivacy_bench_spark"))
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
-    rows = proper_spark(args.people, args.queries, args.tmp)
+    rows = proper_spark(args.people, args.queries, args.tmp, session(memory=args.memory),
+                        tuple(args.stores.split(",")), args.total)
     table = pd.DataFrame(rows)
     args.out.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.out / f"bench_tables_spark_{args.people}.csv", index=False)

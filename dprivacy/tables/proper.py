@@ -88,7 +88,9 @@ class ProPerTable(LiveData, NoisyQueries):
             memory), the path of a DuckDB file, or a
             ``dprivacy.tables.budgets.budget_table.BudgetTable``; Spark: also a
             ``dprivacy.tables.budgets.spark_budgets.SparkBudgetTable``, which keeps the budgets
-            in the cluster's storage (needs ``id_column``).
+            in the cluster's storage (needs ``id_column``), or a
+            ``dprivacy.tables.budgets.spark_slots.SparkSlotBudgets`` (for a Parquet source: the
+            budgets laid out like its rows, charged in the scan of each query).
             The ledger is the data owner's handle: the table exposes no attribute that returns
             it (its remaining budgets show who matched a filter), so an owner who wants to read
             or top up budgets passes the ledger here and keeps it. In-process Python cannot stop
@@ -139,7 +141,7 @@ class ProPerTable(LiveData, NoisyQueries):
         else:
             import pyarrow
 
-            from dprivacy.tables.budgets import budget_table, engine_budgets, spark_budgets
+            from dprivacy.tables.budgets import budget_table, engine_budgets, spark_budgets, spark_slots
             from dprivacy.tables.relations import engine
 
             if not isinstance(budget, (str, numbers.Real)):
@@ -149,16 +151,20 @@ class ProPerTable(LiveData, NoisyQueries):
                     "name of a budget column")
             if ledger is not None and not isinstance(ledger, (budget_table.BudgetTable, str,
                                                               os.PathLike,
-                                                              spark_budgets.SparkBudgetTable)):
+                                                              spark_budgets.SparkBudgetTable,
+                                                              spark_slots.SparkSlotBudgets)):
                 raise ValidationError(
                     f"ledger is a {type(ledger).__name__}: the engine backends keep budgets in "
                     "a dprivacy.tables.budgets.budget_table.BudgetTable (or give the path of its "
-                    "DuckDB file), or on Spark in a spark_budgets.SparkBudgetTable")
+                    "DuckDB file), or on Spark in a spark_budgets.SparkBudgetTable or a "
+                    "spark_slots.SparkSlotBudgets")
             rel = engine.relation_from(data, None if name == "engine" else name,
                                        id_column=id_column)
             b = budget if isinstance(budget, str) else float(budget)
             if isinstance(ledger, spark_budgets.SparkBudgetTable):  # budgets held in the cluster
                 self._rel, self._budgets = ledger.attach(rel, b, id_column=id_column)
+            elif isinstance(ledger, spark_slots.SparkSlotBudgets):  # beside the data's rows
+                self._rel, self._budgets = ledger.attach(rel, b, id_column=id_column, source=data)
             else:
                 self._rel, self._budgets = engine_budgets.proper_budgets(
                     rel, b, ledger=ledger, id_column=id_column,

@@ -1,0 +1,781 @@
+"""ProPer's personal budgets in the cluster, laid out like the data: one slot per source row.
+
+:class:`SparkSlotBudgets` implements :class:`dprivacy.tables.relations.protocol.PersonalBudgets`
+for a ProPer table read by Spark from Parquet files, without a join or a shuffle per query.
+
+**Slots.** At registration every row of the source gets a *slot*: the number of its file (in
+the source's file list) times 2⁴⁰ plus its row number in that file (Spark's ``_metadata``
+columns), computed by Spark while it reads the row. The person ids are distinct, so a slot is a
+person. The relation the table queries carries the slot as its internal id: a query's selected
+rows come out of the scan already knowing where their budgets are.
+
+**Layout** under ``path`` (shared by the driver and the executors; a local disk for a local
+session, a network filesystem on a cluster):
+
+- the *base*: one pair of Parquet files per registered range of slots, written by the
+  registration's tasks: ``(slot, id, initial)`` (written once) and ``remaining`` (rewritten by
+  folds), integers in units of 10⁻⁹ ε;
+- per query, its *debit*: for each base range it touched, the bitmap of the payers over the
+  touched slots and their cost (one number when it is the same for all, else one per payer),
+  N/8 bytes for N selected slots whoever pays;
+- numbered commits (:mod:`dprivacy.tables.budgets.version_log`) naming the base files and the
+  debits not yet folded into them.
+
+**One query** (ProPer, POPL'15 Fig. 3): for a where/select chain over the source (one record
+per person), ONE Spark pass: the scan evaluates the filter and hands each task the slots of its
+selected rows; the task reads the base of those slots minus the unfolded debits, debits every
+selected person whose remaining budget covers ε, writes and syncs its debit bitmap, and returns
+how many paid. Other relations (several records per person, element costs) are charged per
+source from one GROUP BY (the same as :class:`~dprivacy.tables.budgets.spark_budgets.
+SparkBudgetTable`), range-partitioned by slot into the same tasks. Then the driver publishes the
+commit; only then is the relation restricted to the payers' records (a count's answer is the
+number of payers, known from the pass). Neither ids nor budgets travel to the driver.
+
+**Folds**: every ``fold_every`` queries the debits are folded into a new ``remaining`` of each
+base range by a Spark job in a background thread (queries go on meanwhile, reading the old base
+and every unfolded debit); its commit replaces the base and drops exactly the debits it folded.
+
+**Crash rule**: no answer leaves before its charge is committed, and a process killed at any
+point leaves every budget either charged (the commit exists) or not (the previous commit is
+current); Spark's retried tasks write new files, and the commit names only those of the
+attempts whose results the driver received. Files no kept commit names are deleted later.
+
+The source must be Parquet files read by Spark (``spark.read.parquet(...)`` or a path), the
+store holds the people of that one source, and the files must not change while it is used:
+every charge checks their sizes and modification times first (files on a local or mounted
+filesystem).
+
+Examples:
+    A ProPer table on Spark whose budgets live under ``warehouse/budgets``::
+
+        from dprivacy.tables import ProPerTable
+        budgets = SparkSlotBudgets("warehouse/budgets")
+        people = ProPerTable(spark.read.parquet("people.parquet"), budget=1.0,
+                             ledger=budgets, id_column="pid")
+        people.where(_.age > 17).noisy_count(0.1)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import threading
+import uuid
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
+
+import numpy as np
+
+from dprivacy.errors import UnknownRecordError, ValidationError
+from dprivacy.tables.budgets.ledger import _MAX_UNITS, _PER_EPS, scalar_units
+from dprivacy.tables.budgets.version_log import StoreLockTimeout, VersionLog
+from dprivacy.tables.relations.engine.ibis_plan import PID
+
+if TYPE_CHECKING:
+    from dprivacy.tables.relations.engine.relation import IbisRelation
+    from dprivacy.tables.relations.protocol import ElementCosts
+
+__all__ = ["SparkSlotBudgets", "StoreLockTimeout"]
+
+_FILE_BITS = 40  # slot = file number << 40 | row number in the file
+_SLOT = "__dp_slot"
+_BLOCKS = ("file string, key int, lo long, hi long, cost long, payers long, total long, "
+           "records long, bottom long")
+
+
+class SparkSlotBudgets:
+    """Personal budgets of a ProPer table on Spark, held in the cluster beside the data's slots
+    (see the module doc).
+
+    Parameters:
+        path: the store's directory, shared by the driver and the executors (created if
+            missing; durable, shared by processes).
+        session: the SparkSession for the curator's reads and the folds (charges use the
+            session of the relation they charge); None: the active session.
+        keep_versions: commits whose files are kept (>= 2; an eligible relation other than a
+            count reads its query's debit files).
+        fold_every: fold the debits into the base once this many are unfolded (>= 1).
+        background: fold in a background thread (False: in the query that reached
+            ``fold_every``, after its answer is committed).
+        timeout: seconds to wait for other processes' lock on the store.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, session: Any = None, keep_versions: int = 3,
+                 fold_every: int = 8, background: bool = True, timeout: float = 60.0) -> None:
+        for name, v, lo in (("keep_versions", keep_versions, 2), ("fold_every", fold_every, 1)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise ValidationError(f"{name} = {v!r}: an integer >= {lo}")
+        self.log = VersionLog(path, timeout=timeout)
+        self.path = self.log.root
+        self.keep_versions = keep_versions
+        self.fold_every = fold_every
+        self.background = bool(background)
+        self._session = session
+        self._fold_thread: threading.Thread | None = None
+        self.fold_error: BaseException | None = None
+        self.last_query_id: int | None = None
+
+    # ------------------------------------------------------------------ plumbing
+    def _spark(self) -> Any:
+        if self._session is not None:
+            return self._session
+        from pyspark.sql import SparkSession
+
+        from dprivacy.tables.relations.engine.spark import local_session
+
+        return SparkSession.getActiveSession() or local_session()
+
+    def _new_dir(self, prefix: str) -> tuple[str, int]:
+        """A fresh directory under the store, held by this process (an ``flock`` on its
+        ``_writing`` file) until :meth:`_release`, so no collector deletes it meanwhile."""
+        name = f"{prefix}-{uuid.uuid4().hex}"
+        d = os.path.join(self.path, name)
+        os.makedirs(d)
+        fd = os.open(os.path.join(d, "_writing"), os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return name, fd
+
+    @staticmethod
+    def _release(fd: int) -> None:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+    def _publish(self, k: int, meta: dict[str, Any]) -> None:
+        """Publish ``meta`` as version k + 1 (inside the log's lock), then collect garbage."""
+        if not self.log.publish(k + 1, {**meta, "data": meta["base_dir"]}):
+            raise StoreLockTimeout(f"version {k + 1} of {self.path} was published by another "
+                                   "writer holding no lock; nothing was charged")
+        self._collect()
+
+    def _collect(self) -> None:
+        """Delete the directories that no kept commit names, except those a live writer holds
+        (inside the log's lock)."""
+        import shutil
+
+        nums = self.log.numbers()
+        live: set[str] = set()
+        for k in nums[-self.keep_versions:]:
+            m = self.log.read(k)
+            live.update(m.get("dirs", []))
+        for n in os.listdir(self.path):
+            p = os.path.join(self.path, n)
+            if n[:2] not in ("b-", "r-", "q-") or n in live or not os.path.isdir(p):
+                continue
+            lock = os.path.join(p, "_writing")
+            try:
+                fd = os.open(lock, os.O_RDWR)
+            except FileNotFoundError:
+                fd = -1
+            try:
+                if fd >= 0:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a live writer's directory
+            finally:
+                if fd >= 0:
+                    os.close(fd)
+            shutil.rmtree(p, ignore_errors=True)
+
+    # ------------------------------------------------------------------ registration
+    def attach(self, rel: IbisRelation, budget: float | str, *, id_column: str | None,
+               source: Any = None) -> tuple[IbisRelation, SparkSlotBudgets]:
+        """Register the people of ``source`` (a Spark DataFrame read from Parquet files, or
+        Parquet path(s); ``rel`` is its relation) with ``budget`` each (a number or a column
+        name), unless this store registered the same files before (their people keep their
+        budgets); return the relation whose internal ids are the rows' slots, and this store."""
+        from pyspark.sql import functions as F
+
+        if rel.backend != "spark":
+            raise ValidationError(f"a SparkSlotBudgets charges Spark relations; this one lives in "
+                                  f"{rel.backend!r}")
+        if id_column is None:
+            raise ValidationError("a SparkSlotBudgets needs id_column= (a column of stable, "
+                                  "distinct non-negative integer person ids)")
+        if id_column not in rel.columns:
+            raise ValidationError(f"id_column {id_column!r} is not a column")
+        if isinstance(budget, str):
+            if budget not in rel.columns:
+                raise ValidationError(f"budget column {budget!r} is not a column")
+        else:
+            bval = float(budget)
+            if not np.isfinite(bval) or bval < 0:
+                raise ValidationError(f"budget = {budget!r}: a finite number >= 0")
+        eng: Any = rel.engine
+        sdf = _parquet_frame(eng.session, source)
+        names = _file_names(sdf)
+        keys = F.create_map(*[x for i, n in enumerate(names) for x in (F.lit(n), F.lit(i))])
+        slot = ((F.element_at(keys, F.col("_metadata.file_name")).cast("bigint")
+                 * (1 << _FILE_BITS)) + F.col("_metadata.row_index"))
+        with_slot = sdf.select(*[F.col(f"`{c}`") for c in sdf.columns], slot.alias(_SLOT))
+        stamps = _stamps(sdf)
+        with self.log.locked():
+            k, meta = self.log.latest()
+            if meta is not None:
+                if meta.get("files") != names or meta.get("stamps") != stamps:
+                    raise ValidationError(
+                        f"the store {self.path} holds the budgets of other files (a "
+                        "SparkSlotBudgets serves one unchanged Parquet source; use another "
+                        "path)")
+            else:
+                b = (F.col(f"`{budget}`").cast("double") if isinstance(budget, str)
+                     else F.lit(float(budget)))
+                self._register(k, with_slot.select(
+                    F.col(_SLOT).alias("slot"), F.col(f"`{id_column}`").cast("bigint").alias("id"),
+                    _units(b).alias("u")), names, stamps)
+        t = eng.register_dataframe(with_slot)
+        return rel.with_table(t.mutate(**{PID: t[_SLOT]}).drop(_SLOT), unique=True), self
+
+    def _register(self, k: int, src: Any, names: list[str], stamps: list[Any]) -> None:
+        name, fd = self._new_dir("b")
+        try:
+            out = os.path.join(self.path, name)
+            rows = src.mapInArrow(_register_task(out), _PIECES).collect()
+            if any(r["bad"] for r in rows):
+                raise ValidationError("the id column must hold distinct non-negative integers "
+                                      "(one stable identity per individual)")
+            if any(r["orphans"] for r in rows):
+                raise ValidationError("Spark read rows whose file is not in the source's file "
+                                      "list; register a plain Parquet read")
+            pieces = sorted((r.asDict() for r in rows if r["n"]), key=lambda r: r["lo"])
+            if not _disjoint_ids(pieces):
+                dup = src.groupBy("id").count().filter("count > 1").limit(1).collect()
+                if dup:
+                    raise ValidationError("the id column must hold distinct non-negative "
+                                          "integers (one stable identity per individual)")
+            self.log.sync_dir(out)
+            base = [{"lo": p["lo"], "hi": p["hi"], "dense": bool(p["dense"]), "n": p["n"],
+                     "ids": f"{name}/{p['ids']}", "rem": f"{name}/{p['rem']}"} for p in pieces]
+            meta = {"kind": "register", "files": names, "stamps": stamps, "base": base,
+                    "base_dir": name, "dirs": [name], "debits": [], "next_query": 1,
+                    "people": int(sum(p["n"] for p in pieces))}
+            self._publish(k, meta)
+        finally:
+            self._release(fd)
+
+    # ------------------------------------------------------------------ the Query rule
+    def pay(self, rel: IbisRelation, eps: float, element_costs: ElementCosts | None = None,
+            *, label: str | None = None) -> IbisRelation:
+        """Charge ``rel``'s sources for an ε-query, commit, return the payers' records (and ⊥).
+
+        Never raises because of the data or the budgets (a cost too large to store saturates:
+        that source cannot pay)."""
+        from pyspark.sql import functions as F
+
+        from dprivacy.tables.budgets.spark_budgets import _costs
+
+        if rel.backend != "spark":
+            raise ValidationError(f"a SparkSlotBudgets charges Spark relations, not {rel.backend!r}")
+        eng: Any = rel.engine
+        units = scalar_units(float(eps))
+        frame = eng.run(rel.table)
+        if element_costs is None and rel.unique:  # one record per person: slots straight
+            asked = frame.select(F.col(PID).alias("slot"))
+            uniform: int | None = units
+        else:
+            asked = _costs(rel, frame, units, element_costs)
+            asked = asked.select(F.col("id").alias("slot"), "c", "n").repartitionByRange(
+                "slot").sortWithinPartitions("slot")
+            uniform = None
+        with self.log.locked():
+            k, meta = self.log.latest()
+            if meta is None:
+                raise ValidationError("nothing is registered in this store")
+            self._check_source(meta)
+            qid = int(meta.get("next_query", 1))
+            name, fd = self._new_dir("q")
+            try:
+                out = os.path.join(self.path, name)
+                ctx = _context(self.path, meta, out=out, uniform=uniform)
+                rows = asked.mapInArrow(_charge_task(ctx), _BLOCKS).collect()
+                self.log.sync_dir(out)
+                blocks = [{"file": f"{name}/{r['file']}", "key": r["key"], "lo": r["lo"],
+                           "hi": r["hi"], "cost": r["cost"]} for r in rows if r["file"]]
+                payers = sum(int(r["payers"]) for r in rows)
+                total = sum(int(r["total"]) for r in rows)
+                records = sum(int(r["records"]) for r in rows)
+                bottom = sum(int(r["bottom"]) for r in rows)
+                debits = [*meta["debits"], {"query": qid, "blocks": blocks}]
+                new = {**meta, "kind": "charge", "query": qid, "label": label, "payers": payers,
+                       "total": total, "debits": debits, "next_query": qid + 1,
+                       "dirs": [*meta["dirs"], name]}
+                self._publish(k, new)
+                self.last_query_id = qid
+            finally:
+                self._release(fd)
+        if len(debits) >= self.fold_every:
+            self._start_fold()
+        paid = eng.register_dataframe(_payers_frame(eng.session, self.path, blocks), "paid")
+        t = rel.table
+        elig = rel.with_table(t.filter((t[PID] == -1) | t[PID].isin(paid["slot"])))
+        if element_costs is None:
+            elig.known_count = bottom + records
+        return elig
+
+    def _check_source(self, meta: dict[str, Any]) -> None:
+        stamps = meta.get("stamps") or []
+        now = [_stamp(p) for p, _ in stamps] if stamps else []
+        if now != [s for _, s in stamps]:
+            raise ValidationError(f"the Parquet files registered in {self.path} changed since "
+                                  "registration; nothing was charged")
+
+    # ------------------------------------------------------------------ folds
+    def _start_fold(self) -> None:
+        if not self.background:
+            self.fold()
+            return
+        if self._fold_thread is not None and self._fold_thread.is_alive():
+            return
+
+        def run() -> None:
+            try:
+                self.fold()
+            except BaseException as e:  # kept for the curator; the next fold tries again
+                self.fold_error = e
+
+        self._fold_thread = threading.Thread(target=run, name="dprivacy-fold", daemon=True)
+        self._fold_thread.start()
+
+    def wait_for_fold(self) -> None:
+        """Wait until a background fold (if any) has finished."""
+        t = self._fold_thread
+        if t is not None:
+            t.join()
+
+    def fold(self) -> bool:
+        """Fold the committed debits into a new base (a Spark job; queries go on meanwhile).
+        Returns False if there was nothing to fold or another process is folding."""
+        lockfd = os.open(os.path.join(self.path, "_fold"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(lockfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            with self.log.locked():
+                _k, meta = self.log.latest()
+                if meta is None or not meta["debits"]:
+                    return False
+                name, fd = self._new_dir("r")
+            try:
+                out = os.path.join(self.path, name)
+                ctx = _context(self.path, meta, out=out, uniform=None)
+                spark = self._spark()
+                pieces = [(i,) for i in range(len(meta["base"]))]
+                jobs = spark.createDataFrame(pieces, "piece int").repartition(
+                    max(1, min(len(pieces), spark.sparkContext.defaultParallelism * 4)))
+                rows = jobs.mapInArrow(_fold_task(ctx), "piece int, rem string").collect()
+                self.log.sync_dir(out)
+                rems = {int(r["piece"]): f"{name}/{r['rem']}" for r in rows}
+                folded = {int(d["query"]) for d in meta["debits"]}
+                with self.log.locked():
+                    k, latest = self.log.latest()
+                    assert latest is not None
+                    base = [{**p, "rem": rems[i]} for i, p in enumerate(latest["base"])]
+                    keep = [d for d in latest["debits"] if int(d["query"]) not in folded]
+                    q_dirs = {b["file"].split("/")[0] for d in keep for b in d["blocks"]}
+                    id_dirs = {p["ids"].split("/")[0] for p in base}
+                    new = {**latest, "kind": "fold", "base": base, "debits": keep,
+                           "dirs": sorted(id_dirs | q_dirs | {name}), "folded": sorted(folded)}
+                    self._publish(k, new)
+            finally:
+                self._release(fd)
+            return True
+        finally:
+            os.close(lockfd)
+
+    # ------------------------------------------------------------------ curator's view
+    def remaining(self, ids: Any) -> np.ndarray:
+        """Remaining budgets (floats) of known ids (the curator's view; never the analyst's)."""
+        return self._read(ids, "remaining")
+
+    def initial(self, ids: Any) -> np.ndarray:
+        """Initial budgets (floats) of known ids."""
+        return self._read(ids, "initial")
+
+    def _read(self, ids: Any, what: str) -> np.ndarray:
+        import pyarrow.parquet as pq
+
+        a = np.asarray(ids, dtype=np.int64).reshape(-1)
+        want = np.unique(a)
+        with self.log.locked():
+            _, meta = self.log.latest()
+            if meta is None:
+                raise UnknownRecordError("unknown record id: it was never registered")
+            ctx = _context(self.path, meta, out="", uniform=None)
+            got: dict[int, int] = {}
+            for i, p in enumerate(meta["base"]):  # the driver reads the base: curator's view
+                t = pq.read_table(os.path.join(self.path, p["ids"]), columns=["id", "initial"])
+                pid = t.column("id").to_numpy()
+                hit = np.flatnonzero(np.isin(pid, want))
+                if not hit.size:
+                    continue
+                vals = (t.column("initial").to_numpy() if what == "initial"
+                        else _state(ctx, i, {}))
+                got.update(zip(pid[hit].tolist(), vals[hit].tolist(), strict=True))
+        if any(int(x) not in got for x in a):
+            raise UnknownRecordError("unknown record id: it was never registered")
+        return np.array([got[int(x)] for x in a], dtype=np.int64) / _PER_EPS
+
+    def queries(self) -> list[tuple[int, str | None, int, float]]:
+        """The committed queries still logged: (number, label, payers, total ε charged)."""
+        out = []
+        for k in self.log.numbers():
+            with contextlib.suppress(FileNotFoundError):
+                m = self.log.read(k)
+                if m.get("kind") == "charge":
+                    out.append((int(m["query"]), m.get("label"), int(m["payers"]),
+                                int(m["total"]) / _PER_EPS))
+        return out
+
+    def storage_bytes(self) -> int:
+        """Bytes of the files the current commit names (base and unfolded debits)."""
+        _, meta = self.log.latest()
+        if meta is None:
+            return 0
+        files = {p["ids"] for p in meta["base"]} | {p["rem"] for p in meta["base"]}
+        files |= {b["file"] for d in meta["debits"] for b in d["blocks"]}
+        return sum(os.path.getsize(os.path.join(self.path, f)) for f in files)
+
+    def close(self) -> None:
+        """Wait for a background fold, then release the lock file descriptor."""
+        self.wait_for_fold()
+        self.log.close()
+
+    def __repr__(self) -> str:
+        return f"SparkSlotBudgets({self.path!r})"
+
+
+# ---------------------------------------------------------------------- the source
+def _parquet_frame(session: Any, source: Any) -> Any:
+    """The source as a Spark DataFrame over Parquet files (whose rows have ``_metadata``)."""
+    if isinstance(source, (str, os.PathLike)) or (
+            isinstance(source, (list, tuple)) and source
+            and all(isinstance(p, (str, os.PathLike)) for p in source)):
+        paths = [os.fspath(p) for p in (source if isinstance(source, (list, tuple)) else [source])]
+        return session.read.parquet(*paths)
+    mod = type(source).__module__ or ""
+    if mod.startswith("pyspark.sql") and type(source).__name__ == "DataFrame":
+        try:
+            _ = source.select("_metadata.row_index", "_metadata.file_name").schema
+            files = source.inputFiles()
+        except Exception:
+            files = []
+        if files:
+            return source
+    raise ValidationError("a SparkSlotBudgets needs the source as Parquet files read by Spark "
+                          "(spark.read.parquet(...) or a path); for other sources use "
+                          "SparkBudgetTable")
+
+
+def _file_names(sdf: Any) -> list[str]:
+    names = [unquote(urlparse(f).path).rsplit("/", 1)[-1] for f in sdf.inputFiles()]
+    if len(set(names)) != len(names):
+        raise ValidationError("the source's Parquet files must have distinct file names")
+    return sorted(names)
+
+
+def _stamp(path: str) -> list[int]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return [-1, -1]
+    return [int(st.st_size), int(st.st_mtime_ns)]
+
+
+def _stamps(sdf: Any) -> list[Any]:
+    """(path, [size, mtime]) of each file, sorted by name: checked before every charge."""
+    out = []
+    for f in sdf.inputFiles():
+        u = urlparse(f)
+        p = unquote(u.path) if u.scheme in ("", "file") else f
+        out.append([p, _stamp(p)])
+    return sorted(out, key=lambda x: x[0].rsplit("/", 1)[-1])
+
+
+def _units(b: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    u = F.floor(b * _PER_EPS + 1e-3).cast("double")
+    return (F.when(b.isNull() | F.isnan(b) | (u < 0), F.lit(0))
+            .when(u >= float(_MAX_UNITS), F.lit(_MAX_UNITS)).otherwise(u.cast("bigint")))
+
+
+def _disjoint_ids(pieces: list[dict[str, Any]]) -> bool:
+    """Whether pieces whose ids are distinct inside each have disjoint id ranges."""
+    rng = sorted((p["id_lo"], p["id_hi"]) for p in pieces)
+    return all(not p["dup"] for p in pieces) and all(
+        a[1] < b[0] for a, b in zip(rng, rng[1:], strict=False))
+
+
+_PIECES = ("ids string, rem string, lo long, hi long, n long, dense boolean, id_lo long, "
+           "id_hi long, dup boolean, bad boolean, orphans long")
+
+
+# ---------------------------------------------------------------------- executor side
+def _write_parquet(path: str, table: Any) -> None:
+    import pyarrow.parquet as pq
+
+    cols = table.column_names
+    delta = [c for c in cols if c in ("slot", "id")]
+    pq.write_table(table, path, compression="zstd",
+                   use_dictionary=[c for c in cols if c not in delta],
+                   column_encoding=dict.fromkeys(delta, "DELTA_BINARY_PACKED"))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _register_task(out: str) -> Any:
+    def run(batches: Any) -> Any:
+        import pyarrow as pa
+
+        parts = [b for b in batches if b.num_rows]
+        if not parts:
+            return
+        t = pa.Table.from_batches(parts)
+        slot = t.column("slot")
+        orphans = slot.null_count
+        ids = t.column("id")
+        bad = bool(ids.null_count)
+        keep = np.ones(len(t), bool)
+        if orphans:
+            keep = ~np.asarray(slot.is_null())
+        s = np.asarray(slot.fill_null(-1).to_numpy())[keep]
+        i = np.asarray(ids.fill_null(-1).to_numpy())[keep]
+        u = np.asarray(t.column("u").to_numpy())[keep]
+        bad = bad or bool(i.size and i.min() < 0)
+        order = np.argsort(s, kind="stable")
+        s, i, u = s[order], i[order], u[order]
+        srt = np.sort(i)
+        dup = bool(srt.size > 1 and (srt[1:] == srt[:-1]).any())
+        fid = s >> _FILE_BITS
+        cuts = np.flatnonzero(np.diff(fid)) + 1
+        for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(s)], strict=True):
+            tag = uuid.uuid4().hex
+            ids_f, rem_f = f"ids-{tag}.parquet", f"rem-{tag}.parquet"
+            _write_parquet(os.path.join(out, ids_f), pa.table(
+                {"slot": s[a:b], "id": i[a:b], "initial": u[a:b]}))
+            _write_parquet(os.path.join(out, rem_f), pa.table({"remaining": u[a:b]}))
+            lo, hi = int(s[a]), int(s[b - 1]) + 1
+            yield pa.RecordBatch.from_pylist([{
+                "ids": ids_f, "rem": rem_f, "lo": lo, "hi": hi, "n": b - a,
+                "dense": hi - lo == b - a, "id_lo": int(i[a:b].min()), "id_hi": int(i[a:b].max()),
+                "dup": dup, "bad": bad, "orphans": orphans}], schema=_schema(_PIECES))
+        if not len(s):
+            yield pa.RecordBatch.from_pylist([{
+                "ids": "", "rem": "", "lo": 0, "hi": 0, "n": 0, "dense": True, "id_lo": 0,
+                "id_hi": 0, "dup": False, "bad": bad, "orphans": orphans}],
+                schema=_schema(_PIECES))
+
+    return run
+
+
+def _schema(ddl: str) -> Any:
+    import pyarrow as pa
+
+    types = {"string": pa.string(), "long": pa.int64(), "int": pa.int32(),
+             "boolean": pa.bool_()}
+    return pa.schema([(n, types[t]) for n, t in (f.strip().split() for f in ddl.split(","))])
+
+
+def _context(root: str, meta: dict[str, Any], *, out: str, uniform: int | None
+             ) -> dict[str, Any]:
+    """What a task needs: the base ranges and the unfolded debits' blocks (paths absolute)."""
+    base = [{**p, "ids": os.path.join(root, p["ids"]), "rem": os.path.join(root, p["rem"])}
+            for p in meta["base"]]
+    los = np.array([p["lo"] for p in base], dtype=np.int64)
+    blocks: list[list[dict[str, Any]]] = [[] for _ in base]
+    for d in meta["debits"]:
+        for b in d["blocks"]:
+            i = int(np.searchsorted(los, b["lo"], side="right")) - 1
+            blocks[i].append({**b, "file": os.path.join(root, b["file"])})
+    return {"base": base, "los": los, "blocks": blocks, "out": out, "uniform": uniform}
+
+
+def _load_block(cache: dict[str, Any], b: dict[str, Any]) -> tuple[np.ndarray, Any]:
+    """(the payers' slots, their cost: one number or one per payer) of a debit block."""
+    f = b["file"]
+    if f not in cache:
+        with np.load(f) as z:
+            cache[f] = {k: z[k] for k in z.files}
+    z, key = cache[f], b["key"]
+    bits = np.unpackbits(z[f"bits{key}"], count=int(b["hi"]) - int(b["lo"]))
+    slots = np.flatnonzero(bits).astype(np.int64) + int(b["lo"])
+    cost = int(b["cost"]) if int(b["cost"]) >= 0 else z[f"cost{key}"]
+    return slots, cost
+
+
+def _positions(ctx: dict[str, Any], i: int, slots: np.ndarray, cache: dict[str, Any]
+               ) -> np.ndarray:
+    """Row positions in base range i of ``slots`` (-1: not a registered slot)."""
+    import pyarrow.parquet as pq
+
+    p = ctx["base"][i]
+    if p["dense"]:
+        pos = slots - int(p["lo"])
+        return np.where((pos >= 0) & (pos < int(p["n"])), pos, -1)
+    key = "slots:" + p["ids"]
+    if key not in cache:
+        cache[key] = pq.read_table(p["ids"], columns=["slot"]).column(0).to_numpy()
+    known = cache[key]
+    pos = np.searchsorted(known, slots)
+    pos = np.minimum(pos, len(known) - 1)
+    return np.where(known[pos] == slots, pos, -1)
+
+
+def _state(ctx: dict[str, Any], i: int, cache: dict[str, Any]) -> np.ndarray:
+    """The remaining budgets of base range i: its base minus every unfolded debit."""
+    import pyarrow.parquet as pq
+
+    p = ctx["base"][i]
+    rem = np.array(pq.read_table(p["rem"]).column(0).to_numpy(), dtype=np.int64)
+    times: dict[int, np.ndarray] = {}  # uniform cost -> how often each slot paid it
+    for b in ctx["blocks"][i]:
+        cost = int(b["cost"])
+        if p["dense"] and cost >= 0:  # a uniform cost over a dense range: counted in bytes
+            f = b["file"]
+            if f not in cache:
+                with np.load(f) as z:
+                    cache[f] = {k: z[k] for k in z.files}
+            a, z = int(b["lo"]) - int(p["lo"]), int(b["hi"]) - int(p["lo"])
+            acc = times.get(cost)
+            if acc is None:
+                acc = times[cost] = np.zeros(rem.size, dtype=np.uint16)
+            acc[a:z] += np.unpackbits(cache[f][f"bits{b['key']}"], count=z - a)
+            continue
+        slots, c = _load_block(cache, b)
+        rem[_positions(ctx, i, slots, cache)] -= c
+    for cost, acc in times.items():
+        rem -= acc.astype(np.int64) * cost
+    return rem
+
+
+def _charge_task(ctx: dict[str, Any]) -> Any:
+    def run(batches: Any) -> Any:
+        import pyarrow as pa
+
+        uniform = ctx["uniform"]
+        ss, cs, ns = [], [], []
+        for b in batches:
+            col = b.column(0)
+            if col.null_count:  # rows of files outside the registration: nobody's
+                k = np.asarray(col.is_valid())
+                ss.append(np.asarray(col.fill_null(0).to_numpy())[k])
+                if uniform is None:
+                    cs.append(np.asarray(b.column(1).to_numpy())[k])
+                    ns.append(np.asarray(b.column(2).to_numpy())[k])
+            else:
+                ss.append(np.asarray(col.to_numpy()))
+                if uniform is None:
+                    cs.append(np.asarray(b.column(1).to_numpy()))
+                    ns.append(np.asarray(b.column(2).to_numpy()))
+        s = np.concatenate(ss) if ss else np.zeros(0, np.int64)
+        if uniform is None:
+            c = np.concatenate(cs) if cs else np.zeros(0, np.int64)
+            n = np.concatenate(ns) if ns else np.zeros(0, np.int64)
+        bot = s == -1
+        bottom = int(bot.sum()) if uniform is not None else int(n[bot].sum())
+        if bottom:
+            s = s[~bot]
+            if uniform is None:
+                c, n = c[~bot], n[~bot]
+        if s.size > 1 and not (s[1:] > s[:-1]).all():
+            o = np.argsort(s, kind="stable")
+            s = s[o]
+            if uniform is None:
+                c, n = c[o], n[o]
+        # the slots are sorted: base range i holds s[starts[i]:starts[i + 1]]
+        starts = np.searchsorted(s, ctx["los"]).tolist() + [s.size]
+        cache: dict[str, Any] = {}
+        arrays: dict[str, np.ndarray] = {}
+        out_rows: list[dict[str, Any]] = []
+        fname = f"debit-{uuid.uuid4().hex}.npz"
+        payers = total = records = 0
+        for i in range(len(ctx["los"])):
+            a, z = starts[i], starts[i + 1]
+            if a == z:
+                continue
+            sp = s[a:z]
+            rem = _state(ctx, i, cache)
+            lo, hi = int(sp[0]), int(sp[-1]) + 1
+            p = ctx["base"][i]
+            key = len(out_rows)
+            if uniform is not None and p["dense"] and hi - int(p["lo"]) <= int(p["n"]):
+                # one record per person, one cost: masks over the touched range, no gathers
+                off = lo - int(p["lo"])
+                bits = np.zeros(hi - lo, dtype=bool)
+                bits[sp - lo] = True
+                bits &= rem[off:off + hi - lo] >= uniform
+                paid = int(np.count_nonzero(bits))
+                payers += paid
+                total += paid * int(uniform)
+                records += paid
+            else:
+                cp = c[a:z] if uniform is None else np.full(sp.size, uniform, dtype=np.int64)
+                np_ = n[a:z] if uniform is None else np.ones(sp.size, dtype=np.int64)
+                pos = _positions(ctx, i, sp, cache)
+                known = pos >= 0
+                ok = known & (rem[np.where(known, pos, 0)] >= cp)
+                bits = np.zeros(hi - lo, dtype=bool)
+                bits[sp[ok] - lo] = True
+                if uniform is None:
+                    arrays[f"cost{key}"] = cp[ok]
+                payers += int(ok.sum())
+                total += int(cp[ok].sum())
+                records += int(np_[ok].sum())
+            arrays[f"bits{key}"] = np.packbits(bits)
+            out_rows.append({"file": fname, "key": key, "lo": lo, "hi": hi,
+                             "cost": -1 if uniform is None else int(uniform), "payers": 0,
+                             "total": 0, "records": 0, "bottom": 0})
+        if out_rows:
+            path = os.path.join(ctx["out"], fname)
+            with open(path, "wb") as f:
+                np.savez(f, **arrays)  # type: ignore[arg-type]
+                f.flush()
+                os.fsync(f.fileno())
+        out_rows.append({"file": None, "key": 0, "lo": 0, "hi": 0, "cost": 0, "payers": payers,
+                         "total": total, "records": records, "bottom": bottom})
+        yield pa.RecordBatch.from_pylist(out_rows, schema=_schema(_BLOCKS))
+
+    return run
+
+
+def _fold_task(ctx: dict[str, Any]) -> Any:
+    def run(batches: Any) -> Any:
+        import pyarrow as pa
+
+        cache: dict[str, Any] = {}
+        rows = []
+        for b in batches:
+            for i in b.column(0).to_pylist():
+                rem = _state(ctx, int(i), cache)
+                f = f"rem-{uuid.uuid4().hex}.parquet"
+                _write_parquet(os.path.join(ctx["out"], f), pa.table({"remaining": rem}))
+                rows.append({"piece": int(i), "rem": f})
+        if rows:
+            yield pa.RecordBatch.from_pylist(rows, schema=_schema("piece int, rem string"))
+
+    return run
+
+
+def _payers_frame(session: Any, root: str, blocks: list[dict[str, Any]]) -> Any:
+    """A Spark DataFrame of the payers' slots of one query, read from its debit blocks in the
+    cluster (built lazily: only a plan that needs the payers' records runs it)."""
+    rows = [(os.path.join(root, b["file"]), int(b["key"]), int(b["lo"]), int(b["hi"]),
+             int(b["cost"])) for b in blocks]
+    if not rows:
+        return session.createDataFrame([], "slot long")
+    src = session.createDataFrame(rows, "file string, key int, lo long, hi long, cost long")
+
+    def expand(batches: Any) -> Any:
+        import pyarrow as pa
+
+        cache: dict[str, Any] = {}
+        for b in batches:
+            for r in b.to_pylist():
+                slots, _ = _load_block(cache, r)
+                yield pa.RecordBatch.from_arrays([pa.array(slots, pa.int64())], ["slot"])
+
+    return src.mapInArrow(expand, "slot long")
