@@ -254,7 +254,11 @@ def main(argv: list[str] | None = None) -> int:
                               capture_output=True, text=True,
                               cwd=Path(__file__).resolve().parent.parent)
         if proc.returncode != 0:
-            err = (proc.stderr.strip().splitlines() or ["?"])[-1]
+            lines = proc.stderr.strip().splitlines() or ["?"]
+            errs = [ln for ln in lines if "Error" in ln or "Exception" in ln or "Killed" in ln]
+            err = (errs or lines)[-1].strip()
+            outdir.mkdir(parents=True, exist_ok=True)
+            (outdir / f"bench_design_dask_failed_{kind}_{N}.log").write_text(proc.stderr)
             rows.append({"cell": kind, "N": N, "m": M, "status": f"failed: {err}"})
             print(f"  {kind},{N}: FAILED {err}", file=sys.stderr)
             continue

@@ -71,11 +71,13 @@ _JOB: tuple[Any, ...] | None = None  # the scan a forked worker runs parts of
 @dataclass
 class PrunedContext:
     """What every part of a pruned scan reads (shipped once per design to every worker): the
-    index with its k-d tree, F's shape, its columns as rows (dense F; else F itself), its
-    per-node ranges and the budgets."""
+    index with its k-d tree, F (dense F: the (m, N) transposed view of ``cols``), its columns as
+    rows, its per-node ranges and the budgets. It travels as four separate pieces
+    (:meth:`pieces`), so that a worker never holds more than one piece twice while it receives
+    them, and is put together again in each task (views only)."""
 
     index: GeometricIndex
-    F: np.ndarray | sp.csc_array  # dense F: the (m, N) transposed view of ``cols``
+    F: np.ndarray | sp.csc_array
     cols: np.ndarray | None
     ranges: Ranges
     cs: ConstraintSet
@@ -86,38 +88,40 @@ class PrunedContext:
         cols = columns(F)
         return cls(index, F, cols, index.tree.f_ranges(F), cs)
 
-    def __getstate__(self) -> dict[str, Any]:  # dense F travels once, as its columns
-        state = dict(self.__dict__)
-        if self.cols is not None:
-            state["F"] = None
-        return state
+    def pieces(self) -> list[Any]:
+        return [self.index, self.cols if self.cols is not None else self.F, self.ranges, self.cs]
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        if self.F is None:
-            assert self.cols is not None
-            self.F = self.cols.T
+    @classmethod
+    def join(cls, pieces: tuple[Any, ...] | list[Any]) -> PrunedContext:
+        index, data, ranges, cs = pieces
+        if isinstance(data, np.ndarray):  # dense F travels as its columns
+            return cls(index, data.T, data, ranges, cs)
+        return cls(index, data, None, ranges, cs)
 
 
-def _seed_part(ctx: PrunedContext, pairs: tuple[np.ndarray, np.ndarray], u: np.ndarray, *,
+def _seed_part(pieces: list[Any], pairs: tuple[np.ndarray, np.ndarray], u: np.ndarray, *,
                k: int, agg: str) -> tuple[TopArrays, int]:
+    ctx = PrunedContext.join(pieces)
     return seed_scan(ctx.F, u, ctx.cs.pair_eps, pairs[0], pairs[1], k=k, agg=agg, cols=ctx.cols)
 
 
-def _walk_part(ctx: PrunedContext, roots: Roots, seed: TopArrays, u: np.ndarray, *, k: int,
+def _walk_part(pieces: list[Any], roots: Roots, seed: TopArrays, u: np.ndarray, *, k: int,
                agg: str) -> tuple[TopArrays, int]:
+    ctx = PrunedContext.join(pieces)
     top, n, _ = walk_scan(ctx.index, ctx.F, u, ctx.cs.pair_eps, seed, k=k, agg=agg, roots=roots,
                           ranges=ctx.ranges, cols=ctx.cols)
     return top, n
 
 
-def _seed_lip(ctx: PrunedContext, pairs: tuple[np.ndarray, np.ndarray], power: int
+def _seed_lip(pieces: list[Any], pairs: tuple[np.ndarray, np.ndarray], power: int
               ) -> tuple[LipArrays, int]:
+    ctx = PrunedContext.join(pieces)
     return seed_lipschitz(ctx.F, ctx.cs.pair_eps, pairs[0], pairs[1], power=power, cols=ctx.cols)
 
 
-def _walk_lip(ctx: PrunedContext, roots: Roots, seed: LipArrays, power: int
+def _walk_lip(pieces: list[Any], roots: Roots, seed: LipArrays, power: int
               ) -> tuple[LipArrays, int]:
+    ctx = PrunedContext.join(pieces)
     state, n, _ = walk_lipschitz(ctx.index, ctx.F, ctx.cs.pair_eps, seed, power=power,
                                  roots=roots, ranges=ctx.ranges, cols=ctx.cols)
     return state, n
@@ -229,7 +233,8 @@ class DaskEngine:
         shipped = copy.copy(index)
         shipped._nn = None  # the workers get the pairs in slices
         ctx = PrunedContext.build(shipped, A, cs.with_engine(None).with_index(None))
-        ctx_f = self.client.scatter(ctx, broadcast=True, hash=False)
+        ctx_f = [self.client.scatter([p], broadcast=True, hash=False)[0] for p in ctx.pieces()]
+        del ctx
         n = self._n_workers() * self.parts_per_worker
         cuts = np.linspace(0, ni.size, n + 1).round().astype(int)
         slices = self.client.scatter([(ni[a:b], nj[a:b]) for a, b in zip(cuts[:-1], cuts[1:],
