@@ -158,6 +158,10 @@ def _frozen(C: Mat) -> Mat:
     return D
 
 
+#: Largest number of answers a Kronecker strategy's release() returns (1.5 GiB of float64);
+#: beyond, release_estimate() gives the histogram the answers are sums of.
+MAX_ANSWERS = 2**28 * 3 // 4
+
 #: variance of one strategy row's noise: Lap(1) or N(0, 1)
 _ROW_VARIANCE = {"laplace": 2.0, "gaussian": 1.0}
 #: rows of F times X per batch of the per-query variances of an explicit workload (~32 MB)
@@ -497,18 +501,41 @@ class StrategyMechanism:
         :attr:`release_cost` before anything is computed (see :class:`dprivacy.DXLaplace`).
         """
         arr = check_histogram(x, self.workload.N)
+        if self._kron is not None and self.workload.m > MAX_ANSWERS:
+            raise ValidationError(
+                f"{self.workload.m} answers would take {self.workload.m * 8 / 2**30:.1f} GiB: "
+                "use release_estimate(), the least-squares histogram from the same release, "
+                "from which every rectangle is a sum (nothing was charged)")
         charge_release(self, accountant)
-        if self._kron is not None:  # y = (Bx (x) By) x + Lap(1): per-axis products only
-            yk = self._kron.measure(arr.astype(float))
-            yk = np.asarray(noise.add_laplace(yk, np.ones(yk.shape), rng=rng, secure=secure),
-                            dtype=np.float64).ravel()
-            return self.workload.answer(self._kron.estimate(yk, float(np.sum(arr))))
+        if self._kron is not None:
+            return self.workload.answer(self._kron_estimate(arr, rng, secure))
         s = self.design.basis.apply(arr.astype(float))  # the mechanism's own checked copies
         y_true = np.asarray(self.design.C @ s, dtype=np.float64).ravel()
         add = gaussian_noise.add_gaussian if self.design.noise == "gaussian" else noise.add_laplace
         y = np.asarray(add(y_true, np.ones(y_true.shape), rng=rng, secure=secure),
                        dtype=np.float64).ravel()
         return _answers(self.workload, self.M, self.o, self.X, self.z, y, float(np.sum(arr)))
+
+    def _kron_estimate(self, arr: np.ndarray, rng: Any, secure: bool) -> np.ndarray:
+        """y = A x + Lap(1)^p (per-axis products only) and its least-squares histogram."""
+        assert self._kron is not None
+        yk = self._kron.measure(arr.astype(float))
+        yk = np.asarray(noise.add_laplace(yk, np.ones(yk.shape), rng=rng, secure=secure),
+                        dtype=np.float64).ravel()
+        return self._kron.estimate(yk, float(np.sum(arr)))
+
+    def release_estimate(self, x: Any, rng: Any = None, secure: bool = True, *,
+                         accountant: Accountant | None = None) -> np.ndarray:
+        """A Kronecker strategy's release as the least-squares histogram (N values, element
+        order): every rectangle's answer is its sum (``workload.answer`` of it), the same
+        answers as :meth:`release` at the same cost, for grids whose m answers do not fit in
+        memory (all rectangles of 256 x 256 are 1.08e9)."""
+        if self._kron is None:
+            raise ValidationError("release_estimate is for Kronecker strategies (large grids); "
+                                  "use release()")
+        arr = check_histogram(x, self.workload.N)
+        charge_release(self, accountant)
+        return self._kron_estimate(arr, rng, secure)
 
     def __repr__(self) -> str:
         return (f"StrategyMechanism(m={self.workload.m}, N={self.workload.N}, p={self.design.p}, "

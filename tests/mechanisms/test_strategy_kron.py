@@ -11,6 +11,7 @@ from dprivacy import metrics
 from dprivacy.config import MechanismConfig
 from dprivacy.errors import ConfigError, PrivacyViolationError, ShapeError, ValidationError
 from dprivacy.mechanisms.kron_strategy import KronOperator
+from solvers.strategy.basis import Basis
 from tests.mechanisms.test_strategy import all_pairs_ratio
 
 
@@ -59,6 +60,17 @@ def test_kron_release_is_unbiased_with_the_promised_variances(small):
     emp = reps.var(axis=0)[ok]
     assert np.median(emp / var[ok]) == pytest.approx(1.0, abs=0.1)
     assert acc.spent == pytest.approx(1500 * mech.release_cost)
+
+
+def test_release_estimate_gives_the_same_answers(small):
+    W, U, M, d = small
+    mech = dp.StrategyMechanism(W, d, universe=U, metric=M)
+    acc = dp.Accountant(10.0)
+    x = np.arange(W.N) % 3
+    a = mech.release(x, rng=np.random.default_rng(4), secure=False, accountant=acc)
+    h = mech.release_estimate(x, rng=np.random.default_rng(4), secure=False, accountant=acc)
+    assert h.shape == (W.N,) and np.allclose(W.answer(h), a)
+    assert acc.spent == pytest.approx(2 * mech.release_cost)
 
 
 def test_kron_config_round_trip_and_tampered_factors_refused(small, tmp_path):
@@ -127,3 +139,23 @@ def test_grids_beyond_64x64_get_a_kronecker_strategy_automatically():
 
     text = summary_text(W, U, M, d)
     assert "certified lower bound" in text and "Kronecker" in text and "EXACTLY" in text
+
+
+def test_release_of_256x256_refused_before_any_charge_estimate_given():
+    n = 256
+    U, M = _grid(n, n), metrics.Euclidean(0.1)
+    W = dp.ImplicitWorkload.all_rectangles(n, n)
+    s = np.sqrt(0.1 / 2)  # each cell once at half the closest pair's budget (exact ratio 1)
+    d = dp.StrategyDesign(W, KronOperator(s * np.eye(n), s * np.eye(n)), Basis.identity(n * n),
+                          None, None)
+    mech = dp.StrategyMechanism(W, d, universe=U, metric=M)
+    assert mech.max_ratio_ <= 1.0
+    acc = dp.Accountant(10.0)
+    x = np.zeros(W.N)
+    x[7] = 3
+    with pytest.raises(ValidationError, match="release_estimate"):
+        mech.release(x, rng=0, secure=False, accountant=acc)
+    assert acc.spent == 0
+    h = mech.release_estimate(x, rng=0, secure=False, accountant=acc)
+    assert h.shape == (W.N,) and abs(h.sum() - 3) < 1e-6
+    assert acc.spent == pytest.approx(mech.release_cost)
