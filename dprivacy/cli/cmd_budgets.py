@@ -116,6 +116,8 @@ def _spark_proper_rows(cfg: Any, src: Any) -> tuple[list[dict[str, Any]], dict[s
     path = Path(cfg.spark.budget_dir) / f"proper-{src.name}"
     if not (path / "_commits").is_dir():
         return [], {"people": 0, "queries": 0, "served": False}
+    if cfg.spark.budgets == "slots":
+        return [], {"people": 0, "queries": 0, "served": True, "slots": True}
     from pyspark.sql import functions as F
 
     from dprivacy.tables.budgets.ledger import _PER_EPS
@@ -187,6 +189,9 @@ def cmd_budgets(args: argparse.Namespace) -> int:
             rows, s = _proper_rows(cfg, src)
             if not s["served"]:
                 print(f"\nsource {n} (ProPer): no budget store yet (never served)")
+            elif s.get("slots"):
+                print(f"\nsource {n} (ProPer): budgets kept beside the rows (Spark, budgets = "
+                      "'slots'): not summarised by this command")
             else:
                 print(f"\nsource {n} (ProPer, {s['people']} people, {s['queries']} queries "
                       "committed)")

@@ -48,6 +48,7 @@ Example (``service.toml``; paths are relative to the file)::
     master = "local[2]"        # or a cluster: "spark://host:7077", "yarn", "k8s://..."
     budget_dir = "budgets"     # ProPer budgets of Spark sources: a directory that the service
                                # and every executor see (a shared POSIX file system)
+    budgets = "table"          # or "slots": kept beside the rows of Parquet sources
     driver_memory = "1g"
     conf = { "spark.executor.memory" = "4g" }   # any other Spark setting
     base_seconds = 1.0         # Spark's fixed cost of a query (one job: the steps are
@@ -135,6 +136,9 @@ class SparkConfig:
     step_seconds: float = 0.02
     row_seconds: float = 1e-6
     max_work_rows: int = 2_000_000
+    #: the ProPer budget store: "table" (SparkBudgetTable, any source) or "slots"
+    #: (SparkSlotBudgets, beside the rows of a Parquet source: no join or rewrite per query)
+    budgets: str = "table"
 
 
 @dataclass(frozen=True)
@@ -376,7 +380,9 @@ def _spark(d: dict[str, Any], base: Path, state_dir: Path) -> SparkConfig:
     num = (int, float)
     _take(d, {"master": str, "budget_dir": str, "driver_memory": str, "conf": dict,
               "base_seconds": num, "step_seconds": num, "row_seconds": num,
-              "max_work_rows": int}, "[spark]")
+              "max_work_rows": int, "budgets": str}, "[spark]")
+    if d.get("budgets", "table") not in ("table", "slots"):
+        raise ConfigError(f"[spark] budgets = {d['budgets']!r}: expected 'table' or 'slots'")
     conf: dict[str, str] = {}
     for k, v in d.get("conf", {}).items():
         if not isinstance(v, (str, int, float)):
@@ -400,7 +406,8 @@ def _spark(d: dict[str, Any], base: Path, state_dir: Path) -> SparkConfig:
         step_seconds=_positive(d.get("step_seconds", 0.02), "[spark] step_seconds"),
         row_seconds=_positive(d.get("row_seconds", 1e-6), "[spark] row_seconds"),
         max_work_rows=_positive(d.get("max_work_rows", 2_000_000), "[spark] max_work_rows",
-                                integer=True))
+                                integer=True),
+        budgets=d.get("budgets", "table"))
 
 
 def load_config(path: str | os.PathLike) -> ServiceConfig:

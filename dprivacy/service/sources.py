@@ -120,16 +120,22 @@ class Owner:
         else:
             budget = s.budget_column if s.budget_column is not None else s.budget
             assert budget is not None
+            data = self.raw[s.name]
             if s.engine == "spark":
                 from dprivacy.service.spark_sources import spark_budgets
 
-                self.budgets[s.name] = spark_budgets(self.cfg, s, self.spark._session)
+                session = self.spark._session
+                self.budgets[s.name] = spark_budgets(self.cfg, s, session)
+                if self.cfg.spark is not None and self.cfg.spark.budgets == "slots":
+                    # the store reads the files itself, checking at every charge that they are
+                    # the ones counted at start (their rows cannot grow past the count)
+                    data = session.read.parquet(s.url)
             else:
                 from dprivacy.tables.budgets.budget_table import BudgetTable
 
                 self.budgets[s.name] = BudgetTable(self.cfg.state_dir / f"proper-{s.name}.duckdb")
-            t = ProPerTable(self.raw[s.name], budget, ledger=self.budgets[s.name],
-                            id_column=s.id, backend=s.engine)
+            t = ProPerTable(data, budget, ledger=self.budgets[s.name], id_column=s.id,
+                            backend=s.engine)
             if s.budget_column is not None:  # the budgets are the owner's, never a column
                 import ibis
 

@@ -132,13 +132,23 @@ def row_guard(df: Any, per_file: dict[str, int]) -> Any:
 
 
 def spark_budgets(cfg: ServiceConfig, src: SourceConfig, session: Any) -> Any:
-    """The personal budgets of the ProPer Spark source ``src``: a SparkBudgetTable in
-    ``budget_dir/proper-<source>``."""
+    """The personal budgets of the ProPer Spark source ``src`` in ``budget_dir/proper-<source>``:
+    a SparkBudgetTable, or with ``[spark] budgets = "slots"`` a SparkSlotBudgets (Parquet
+    sources only: the budgets sit beside the rows of the files, which every charge checks are
+    unchanged)."""
     from dprivacy.tables.budgets.spark_budgets import SparkBudgetTable
+    from dprivacy.tables.budgets.spark_slots import SparkSlotBudgets
 
     assert cfg.spark is not None
+    path = cfg.spark.budget_dir / f"proper-{src.name}"
+    if cfg.spark.budgets == "slots" and src.format != "parquet":
+        raise ConfigError(f"source {src.name!r}: [spark] budgets = 'slots' keeps the budgets "
+                          "beside the rows of Parquet files; this source is "
+                          f"{src.format} (use budgets = 'table')")
     try:
-        return SparkBudgetTable(cfg.spark.budget_dir / f"proper-{src.name}", session=session)
+        if cfg.spark.budgets == "slots":
+            return SparkSlotBudgets(path, session=session)
+        return SparkBudgetTable(path, session=session)
     except (OSError, DPrivacyError) as exc:
         raise ConfigError(f"source {src.name!r}: cannot open its budgets in "
                           f"{cfg.spark.budget_dir}: {exc}") from None

@@ -69,9 +69,15 @@ def test_the_spark_configuration(tmp_path: Path) -> None:
                      (_doc({"budget_dir": "s3a://bucket/budgets"}), "POSIX"),
                      (_doc({}, path="people.duckdb", table="t"), "not a DuckDB database"),
                      (_doc({"mastr": "local"}), "unknown key 'mastr'"),
-                     (_doc({"row_seconds": 0}), "row_seconds")):
+                     (_doc({"row_seconds": 0}), "row_seconds"),
+                     (_doc({"budgets": "ledger"}), "expected 'table' or 'slots'")):
         with pytest.raises(ConfigError, match=msg):
             parse_config(doc, tmp_path, Path("st"))
+    from dprivacy.service.spark_sources import spark_budgets
+
+    csv = parse_config(_doc({"budgets": "slots"}, path="people.csv"), tmp_path, Path("st"))
+    with pytest.raises(ConfigError, match="beside the rows of Parquet files"):
+        spark_budgets(csv, csv.sources[0], None)
 
 
 def test_spark_plans_are_bounded_with_sparks_costs(tmp_path: Path) -> None:
@@ -120,11 +126,12 @@ base_seconds = {base}
 step_seconds = 0.001
 row_seconds = 1e-6
 max_work_rows = 10000
+budgets = "{budgets}"
 """
 
 
 def write_spark_service(d: Path, ppl: pd.DataFrame, *, max_rows: int = 1000,
-                        base_seconds: float = 2.0) -> Path:
+                        base_seconds: float = 2.0, budgets: str = "table") -> Path:
     """people (ProPer, personal budgets from ``eps``) and visits (PINQ, budget 1.0), both read
     through Spark; one analyst (alice)."""
     d.mkdir(parents=True, exist_ok=True)
@@ -157,16 +164,17 @@ max_rows = {max_rows}
 [[analyst]]
 name = "alice"
 key_sha256 = "{key_sha256(KEYS['alice'])}"
-{SPARK.format(base=base_seconds)}""")
+{SPARK.format(base=base_seconds, budgets=budgets)}""")
     return cfg
 
 
 @pytest.mark.slow
 def test_neighbours_timing_and_the_row_cap_on_spark_sources(tmp_path: Path) -> None:
-    """The analyst program of the DuckDB neighbour tests, on Spark-backed sources: a record
-    whose personal budget is exhausted and an absent one give the same errors, messages and
-    budgets; the ProPer drop probe's response times do not tell them apart; a source above its
-    row cap is refused at start."""
+    """The analyst program of the DuckDB neighbour tests, on Spark-backed sources (ProPer
+    budgets beside the rows: ``budgets = "slots"``; the kill -9 test uses the table store): a
+    record whose personal budget is exhausted and an absent one give the same errors, messages
+    and budgets; the ProPer drop probe's response times do not tell them apart; a source above
+    its row cap is refused at start."""
     _need_java()
     from dprivacy.service.serve import ServiceThread
     from tests.service.test_neighbours import TARGET, _shape, program
@@ -182,7 +190,8 @@ def test_neighbours_timing_and_the_row_cap_on_spark_sources(tmp_path: Path) -> N
         # deadlines of about 4 s: an overrun is answered by its default, which would turn a
         # refusal into a value on one neighbour only, for a reason that is not the data
         for name, ppl in (("a", base), ("b", exhausted)):
-            running.append(ServiceThread(load_config(write_spark_service(tmp_path / name, ppl))))
+            running.append(ServiceThread(load_config(write_spark_service(
+                tmp_path / name, ppl, budgets="slots"))))
         a, b = running
         ra, rb = program(a.url), program(b.url)
         assert _shape(ra) == _shape(rb)
@@ -199,7 +208,7 @@ def test_neighbours_timing_and_the_row_cap_on_spark_sources(tmp_path: Path) -> N
         # of about 1 s (an overrun changes the answer, never the time it is released at)
         for name, ppl in (("ta", base), ("tb", exhausted)):
             running.append(ServiceThread(load_config(write_spark_service(
-                tmp_path / name, ppl, base_seconds=0.5))))
+                tmp_path / name, ppl, base_seconds=0.5, budgets="slots"))))
         a, b = running
         probe = connect(a.url, key=KEYS["alice"]).table("people").where(
             (_.pid == 999) | (_.age > 60))
