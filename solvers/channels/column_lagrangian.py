@@ -111,7 +111,7 @@ class _Pricer:
 
     def __init__(self, n: int, x: np.ndarray | None, y: np.ndarray | None, b: np.ndarray | None,
                  eps: np.ndarray, outputs: np.ndarray, neighbours: int, tol: float,
-                 model_bytes: float = 1.5e9) -> None:
+                 model_bytes: float = 3e9) -> None:
         self.n, self.tol, self.eps = n, tol, eps
         self.dense = x is None
         self.K: np.ndarray | None = None
@@ -148,9 +148,9 @@ class _Pricer:
                           else np.ones(x.size, dtype=bool))
             self.start &= ~self.skip
             rows0 = int(self.start.sum()) + (2 * n if self.lazy else 0)
-        # ~700 bytes per column and row of a solved HiGHS model (measured: 35 MB at N = 10^4
-        # with 4·10^4 rows)
-        self.keep = outputs.size * (n + rows0) * 700.0 <= model_bytes
+        # ~1 600 bytes per column and start row of a solved model, rows added later included
+        # (measured: 2.5 GB for the 113 models of a 30 x 30 grid under the Euclidean distance)
+        self.keep = outputs.size * (n + rows0) * 1600.0 <= model_bytes
         self.models: dict[int, Any] = {}
         self.bases: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.rows: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
@@ -230,14 +230,11 @@ class _Pricer:
         h.changeColsCost(self.n, np.arange(self.n, dtype=np.int32), g)
         while True:
             h.run()
-            if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
-                h.clearSolver()  # a failed warm start: once more from scratch
-                h.run()
-                if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
-                    log.warning("pricing LP of output %d: %s", z,
-                                h.modelStatusToString(h.getModelStatus()))
-                    self.bases.pop(z, None)
-                    return None, float(np.minimum(g, 0.0).sum())
+            if h.getModelStatus() != highspy.HighsModelStatus.kOptimal and not _retry(h):
+                log.warning("pricing LP of output %d: %s", z,
+                            h.modelStatusToString(h.getModelStatus()))
+                self.bases.pop(z, None)
+                return None, float(np.minimum(g, 0.0).sum())
             v = np.clip(np.asarray(h.getSolution().col_value), 0.0, 1.0)
             if not self.lazy:
                 break
@@ -269,6 +266,25 @@ class _Pricer:
         elif self.closure is not None:  # the same over the path metric of the pair budgets
             v = np.minimum(np.max(v[:, None] * self.closure, axis=0), 1.0)
         return v, lb
+
+
+def _retry(h: Any) -> bool:
+    """Solve a pricing LP whose warm start failed (HiGHS reports such a bounded LP, with pair
+    coefficients up to exp(CAP), as unbounded or unknown now and then): from scratch, then by
+    primal simplex, then by interior point with crossover. True when one of them is optimal."""
+    import highspy
+
+    for option, value, default in ((None, None, None), ("simplex_strategy", 4, 1),
+                                   ("solver", "ipm", "choose")):
+        h.clearSolver()
+        if option is not None:
+            h.setOptionValue(option, value)
+        h.run()
+        if option is not None:
+            h.setOptionValue(option, default)
+        if h.getModelStatus() == highspy.HighsModelStatus.kOptimal:
+            return True
+    return False
 
 
 def _get_basis(h: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -332,7 +348,7 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray | None, y:
                      alpha: float = 0.5, box: float = 3.0, neighbours: int = 8,
                      tol: float = 1e-10, workers: int = 2, purge_age: int = 10,
                      start_duals: np.ndarray | None = None, stall: int = 25,
-                     model_bytes: float = 1.5e9) -> ColumnResult:
+                     model_bytes: float = 3e9) -> ColumnResult:
     """Solve ``min <cost, T>`` over row-stochastic T with ``T[x, z] <= exp(b) T[y, z]`` on the pairs.
 
     Parameters
@@ -369,7 +385,7 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray | None, y:
     start_duals : array (N,), optional
         Multipliers ``u`` to price at first (e.g. interpolated from a coarser grid's solution).
     model_bytes : float
-        Memory allowed for keeping every pricing LP between rounds (about 700 bytes per
+        Memory allowed for keeping every pricing LP between rounds (about 1 600 bytes per
         variable and row each); above it each LP is rebuilt per solve from its rows and last
         basis (slower, but the memory stays that of one LP per worker).
     stall : int

@@ -135,7 +135,10 @@ def check_all_pairs(T: np.ndarray, eps: np.ndarray, *, rtol: float = 1e-9,  # no
     with np.errstate(invalid="ignore", divide="ignore"):
         for x in range(n):
             zs = np.flatnonzero(pos[x])
-            d = la[x, zs][None, :] - la[:, zs]  # (n, |zs|): ln T[x, z] - ln T[x', z]
+            if zs.size == T.shape[1]:  # (every output: no copy of ln T)
+                d = la[x][None, :] - la
+            else:
+                d = la[x, zs][None, :] - la[:, zs]  # (n, |zs|): ln T[x, z] - ln T[x', z]
             loss = d.max(axis=1)
             loss[x] = 0.0
             e = eps[x]
