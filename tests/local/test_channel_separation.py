@@ -140,3 +140,21 @@ def test_single_precision_columns_are_repaired_and_private(monkeypatch) -> None:
         assert _pairs_ok(np.array(r.T), eps) and check_all_pairs(np.array(r.T), eps)[0]
         assert r.lower_bound <= opt * (1 + 1e-9)
         assert r.expected_loss == pytest.approx(opt, rel=1e-5)
+
+
+def test_pricing_retry_solves_from_scratch_and_restores_options() -> None:
+    import highspy
+
+    from solvers.channels.column_lagrangian import _retry
+    from solvers.channels.lp_parts import add_ratio_rows, new_highs
+
+    h = new_highs(threads=1)
+    n = 3
+    none = np.zeros(0, dtype=np.int32)
+    h.addCols(n, np.array([-1.0, 0.5, 0.2]), np.zeros(n), np.ones(n), 0, none, none, np.zeros(0))
+    add_ratio_rows(h, np.array([0, 0]), np.array([1, 2]), np.exp(np.array([1.0, 2.0])))
+    assert _retry(h)
+    assert h.getModelStatus() == highspy.HighsModelStatus.kOptimal
+    v = np.asarray(h.getSolution().col_value)
+    assert v[0] == pytest.approx(1.0) and v[1] == pytest.approx(np.exp(-1.0))
+    assert h.getOptionValue("simplex_strategy")[1] == 1 and h.getOptionValue("solver")[1] == "choose"
