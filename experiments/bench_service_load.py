@@ -13,7 +13,8 @@ cycle, in a seeded random order, through five queries:
 
 Phase ``steady`` runs them for ``--duration`` seconds. Phase ``flood`` runs them again while
 analyst a0 also sends ``--flood`` times its share: a request every deadline/flood seconds,
-whatever the answers (open loop). Halfway through the flood the server is killed with SIGKILL and
+whatever the answers (open loop), from a process of its own (so that its threads do not slow
+the other analysts' clients). Halfway through the flood the server is killed with SIGKILL and
 restarted on the same state; requests in flight then fail on the client's side.
 
 Reported per phase and analyst: answers, how many look real (a count above rows/4: the default
@@ -25,8 +26,11 @@ against the costs of the answers they received (each kind's cost measured on the
 warm-up), and the ProPer store's committed queries against the ProPer answers. The owner's
 ``dprivacy budgets`` output is appended to the report.
 
-Run under ``nice`` the server (a child) is niced too: on a busy machine its wake-ups at the
-deadlines are then delayed by the scheduler, which the lateness includes.
+The service runs each analyst's queries in a worker process of their own, 5 nice steps below
+the service process; the costs are calibrated here on one DuckDB thread (as a worker runs them)
+and configured with a margin of 3. Run under ``nice`` the server (a child) is niced too: on a
+busy machine its wake-ups at the deadlines are then delayed by the scheduler, which the lateness
+includes, and its workers get less than their share.
 
 Run ``python -m experiments.bench_service_load`` (8 analysts, 10^7 rows, 600 s per phase) or
 with ``--rows 1000000 --duration 60``; ``--quick`` is a few seconds on 2000 rows (the test).
@@ -298,14 +302,7 @@ class Load:
         except httpx.HTTPError:
             status = -1
         took = time.monotonic() - t0
-        rec = {"phase": phase, "analyst": analyst, "role": role, "kind": kind,
-               "status": status, "start": t0, "seconds": took, "deadline": self.dl[(analyst, kind)],
-               "real": _real(kind, value, self.rows) if status == 200 else None,
-               # a request that failed: in flight at the kill, or sent while the server was down
-               "at_kill": status == -1 and t0 < self.killed_at <= t0 + took + 0.05,
-               "while_down": status == -1 and t0 >= self.killed_at}
-        with self.lock:
-            self.records.append(rec)
+        self.record(t0, took, status, value, analyst, kind, phase, role)
         return status, retry
 
     def analyst(self, analyst: str, phase: str) -> None:
@@ -328,26 +325,74 @@ class Load:
                         time.sleep(min(max(retry, 0.01), 10.0))
 
     def flooder(self, analyst: str, phase: str, factor: int) -> None:
-        import httpx
+        """The flooding analyst, in a process of its own (its many threads must not slow the
+        other analysts' clients in this one): open loop, a request every deadline/factor."""
+        import multiprocessing as mp
 
         period = min(self.dl[(analyst, k)] for k in KINDS) / factor
-        rng = random.Random(f"{self.seed}-flood")
-        local = threading.local()
+        ctx = mp.get_context("spawn")
+        out = ctx.Queue()
+        stop = ctx.Event()
+        p = ctx.Process(target=_flood_process, args=(
+            self.server.url, self.keys[analyst], self.body, period, 4 * factor,
+            f"{self.seed}-flood", stop, out), daemon=True)
+        p.start()
+        self.stop.wait()
+        stop.set()
+        recs = out.get(timeout=900)
+        p.join(timeout=60)
+        for r in recs:
+            self.record(r["start"], r["seconds"], r["status"], r["value"], analyst, r["kind"],
+                        phase, "flood")
 
-        def send(kind: str) -> None:
-            if not hasattr(local, "client"):
-                local.client = httpx.Client(
-                    base_url=self.server.url, timeout=600,
-                    headers={"Authorization": f"Bearer {self.keys[analyst]}",
-                             "Content-Type": "application/json"})
-            self.one(local.client, analyst, kind, phase, "flood")
+    def record(self, t0: float, took: float, status: int, value: Any, analyst: str, kind: str,
+               phase: str, role: str) -> None:
+        """Record one request (times on the system-wide monotonic clock)."""
+        rec = {"phase": phase, "analyst": analyst, "role": role, "kind": kind,
+               "status": status, "start": t0, "seconds": took, "deadline": self.dl[(analyst, kind)],
+               "real": _real(kind, value, self.rows) if status == 200 else None,
+               # a request that failed: in flight at the kill, or sent while the server was down
+               "at_kill": status == -1 and t0 < self.killed_at <= t0 + took + 0.05,
+               "while_down": status == -1 and t0 >= self.killed_at}
+        with self.lock:
+            self.records.append(rec)
 
-        with ThreadPoolExecutor(4 * factor, thread_name_prefix="flood") as pool:
-            nxt = time.monotonic()
-            while not self.stop.is_set():
-                pool.submit(send, rng.choice(KINDS))
-                nxt += period
-                time.sleep(max(0.0, nxt - time.monotonic()))
+
+def _flood_process(url: str, key: str, body: dict[str, bytes], period: float, threads: int,
+                   seed: str, stop: Any, out: Any) -> None:
+    """The flooder's process: sends a random kind every ``period`` seconds from a pool of
+    ``threads`` until ``stop``; puts its records on ``out``."""
+    import httpx
+
+    rng = random.Random(seed)
+    local = threading.local()
+    recs: list[dict[str, Any]] = []
+    lock = threading.Lock()
+
+    def send(kind: str) -> None:
+        if not hasattr(local, "client"):
+            local.client = httpx.Client(base_url=url, timeout=600, headers={
+                "Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+        t0 = time.monotonic()
+        status, value = -1, None
+        try:
+            r = local.client.post("/v1/query", content=body[kind])
+            status = r.status_code
+            if status == 200:
+                value = r.json()["value"]
+        except httpx.HTTPError:
+            status = -1
+        with lock:
+            recs.append({"start": t0, "seconds": time.monotonic() - t0, "status": status,
+                         "value": value, "kind": kind})
+
+    with ThreadPoolExecutor(threads, thread_name_prefix="flood") as pool:
+        nxt = time.monotonic()
+        while not stop.is_set():
+            pool.submit(send, rng.choice(KINDS))
+            nxt += period
+            time.sleep(max(0.0, nxt - time.monotonic()))
+    out.put(recs)
 
 
 def _real(kind: str, value: Any, rows: int) -> bool:
@@ -501,6 +546,17 @@ def audit(work: Path, df: pd.DataFrame, cost: dict[str, float], analysts: list[s
     return pd.DataFrame(rows)
 
 
+def _cpu_fraction(cfg_path: Path, analyst: str) -> float | None:
+    """The fraction of a CPU the service's worker of ``analyst`` is guaranteed (None without
+    worker processes)."""
+    try:
+        from dprivacy.service.config import load_config
+        from dprivacy.service.shares import cpu_fraction
+    except ImportError:
+        return None
+    return cpu_fraction(load_config(cfg_path), analyst)
+
+
 def _markdown(table: pd.DataFrame, fmt: str) -> str:
     """A GitHub table (no tabulate dependency); floats with ``fmt``, NaN blank."""
     def cell(v: Any) -> str:
@@ -514,14 +570,15 @@ def _markdown(table: pd.DataFrame, fmt: str) -> str:
 
 
 def calibrate(work: Path, rows: int, eps: float) -> dict[str, float]:
-    """In-process seconds of each kind (median of 3, after one warm-up) on the data."""
+    """In-process seconds of each kind (median of 3, after one warm-up) on the data, on one
+    engine thread (the service's workers run one each)."""
     import ibis
     from ibis import _
 
     import dprivacy as dp
     from dprivacy.tables import ProPerTable, Queryable
 
-    con = ibis.duckdb.connect()
+    con = ibis.duckdb.connect(threads=1)  # one CPU: as one analyst's worker runs it
     view = con.read_parquet(str(work / "people.parquet"))
     q = Queryable(view, 1e12, backend="duckdb")
     p = ProPerTable(view, 1e12, id_column="pid", backend="duckdb")
@@ -638,6 +695,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "query_seconds": qs, "row_seconds": row_s, "in_process_s": secs,
                 "work_rows": bounds, "max_work_rows": capacity,
                 "deadlines_s": {k: dl[(analysts[0], k)] for k in KINDS},
+                "worker_cpu_fraction": _cpu_fraction(cfg, analysts[0]),
                 "pinq_cost": cost, "phases": infos, "service_start_s": started,
                 "load_average_start": [round(x, 2) for x in load_start],
                 "load_average_end": [round(x, 2) for x in load_end]}

@@ -2,14 +2,14 @@
 
 The deadlines of :mod:`dprivacy.service.workbound` follow from two calibrated costs: the fixed
 cost of a query and of each of its steps (``base_seconds``) and the cost of one row of work
-(``row_seconds``). With ``calibrate = true`` the service measures them on the engine's own
-thread before it serves: the same table code (a :class:`~dprivacy.tables.ProPerTable` on DuckDB,
-personal budgets and all) on synthetic records — never the owner's data — once on a tiny table
-(the fixed costs) and once through a product with a public table on ``rows`` records (the cost
-per row), each the median of a few runs. Each measured cost is multiplied by ``calibrate_factor``
-(4 by default: the margin for a machine busier than at start) and the larger of it and the
-configured value is used. The measurement is logged for the owner; it depends on the machine,
-never on the data.
+(``row_seconds``), both on one engine thread (as an analyst's worker runs a query). With
+``calibrate = true`` the service measures them before it serves: the same table code (a
+:class:`~dprivacy.tables.ProPerTable` on DuckDB, personal budgets and all) on synthetic records
+-- never the owner's data -- once on a tiny table (the fixed costs) and once through a product
+with a public table on ``rows`` records (the cost per row), each the median of a few runs.
+Each measured cost is multiplied by ``calibrate_factor`` (4 by default: the margin for a
+machine busier than at start) and the larger of it and the configured value is used. The
+measurement is logged for the owner; it depends on the machine, never on the data.
 
 A service with Spark sources measures Spark the same way
 (:func:`dprivacy.service.spark_sources.measure_spark`: ProPer counts on Spark with the budgets
@@ -49,7 +49,7 @@ def measure(rows: int = 100_000, repeat: int = 5) -> tuple[float, float]:
 
     from dprivacy.tables import ProPerTable
 
-    con = ibis.duckdb.connect()
+    con = ibis.duckdb.connect(threads=1)  # one engine thread, as in an analyst's worker
     pub = pd.DataFrame({"j": range(14)})
 
     def table(n: int) -> Any:

@@ -16,6 +16,8 @@ Example (``service.toml``; paths are relative to the file)::
     base_seconds = 0.02        # the engine's fixed cost of a query and of each of its steps
     calibrate = false          # true: measure both costs at start (x calibrate_factor = 4);
                                # the configured ones are then the least used
+    # cpus = 2                 # the CPUs the analysts' workers share (default: the CPUs this
+    #                          # process may run on)
 
     [[source]]
     name = "people"            # what analysts ask for
@@ -41,7 +43,7 @@ Example (``service.toml``; paths are relative to the file)::
     name = "alice"
     key_sha256 = "<hex>"       # sha256 of the key, never the key itself
     # sources = ["people"]     # default: every source
-    # share = 0.25             # the analyst's reserved share of the engine (default: an
+    # share = 0.25             # the analyst's share of the machine's CPUs (default: an
     #                          # equal split of what the other analysts' shares leave)
 
     [spark]                    # only for sources with engine = "spark"
@@ -59,8 +61,9 @@ Example (``service.toml``; paths are relative to the file)::
 A Spark source's ``path`` may be a URL that Spark reads (``s3a://``, ``hdfs://``); without
 ``path``, ``table`` names a table of Spark's catalogue.
 
-The work bound, the deadlines and the lanes are explained in
-:mod:`dprivacy.service.workbound` and :mod:`dprivacy.service.lanes`.
+The work bound, the deadlines, the workers and the lanes are explained in
+:mod:`dprivacy.service.workbound`, :mod:`dprivacy.service.shares`,
+:mod:`dprivacy.service.workers` and :mod:`dprivacy.service.lanes`.
 
 Unknown keys are refused (a typo must not silently fall back to a default), and so is a
 ``key`` field in an analyst: the service stores only the SHA-256 of each key.
@@ -176,6 +179,7 @@ class ServiceConfig:
     base_seconds: float = 0.02
     calibrate: bool = False
     calibrate_factor: float = 4.0
+    cpus: int = field(default_factory=lambda: len(os.sched_getaffinity(0)))
     extra: dict[str, Any] = field(default_factory=dict)
     spark: SparkConfig | None = None
 
@@ -215,7 +219,7 @@ class ServiceConfig:
         return max(vals)
 
     def share(self, analyst: str) -> float:
-        """The analyst's reserved share of the engine: its ``share``, or an equal split of
+        """The analyst's share of the machine's CPUs: its ``share``, or an equal split of
         what the declared shares leave to the analysts without one."""
         a = next(x for x in self.analysts if x.name == analyst)
         if a.share is not None:
@@ -249,7 +253,8 @@ def parse_config(doc: dict[str, Any], base: Path, default_state: Path) -> Servic
                 "max_plan_steps": int, "max_expr_nodes": int, "max_growth": num,
                 "max_public_rows": int, "max_candidates": int, "max_as_pinq": int,
                 "max_rows": int, "max_work_rows": int, "row_seconds": num,
-                "base_seconds": num, "calibrate": bool, "calibrate_factor": num}, "[service]")
+                "base_seconds": num, "calibrate": bool, "calibrate_factor": num,
+                "cpus": int}, "[service]")
     default_rows = _positive(svc.get("max_rows", 100_000), "max_rows", integer=True)
     sources: list[SourceConfig] = []
     for i, s in enumerate(doc.get("source", [])):
@@ -347,7 +352,7 @@ def parse_config(doc: dict[str, Any], base: Path, default_state: Path) -> Servic
     free = sum(1 for a in analysts if a.share is None)
     if declared > 1.0 + 1e-12 or (free and declared >= 1.0):
         raise ConfigError(f"[[analyst]] shares add up to {declared:g}: the shares are parts of "
-                          "one engine (at most 1 in total, less if an analyst has none)")
+                          "the machine (at most 1 in total, less if an analyst has none)")
     state = Path(svc["state_dir"]) if "state_dir" in svc else default_state
     state_dir = (base / state).resolve()
     spark = _spark(doc["spark"], base, state_dir) if "spark" in doc else None
@@ -371,6 +376,7 @@ def parse_config(doc: dict[str, Any], base: Path, default_state: Path) -> Servic
         base_seconds=_positive(svc.get("base_seconds", 0.02), "base_seconds"),
         calibrate=svc.get("calibrate", False),
         calibrate_factor=_positive(svc.get("calibrate_factor", 4.0), "calibrate_factor"),
+        **({"cpus": _positive(svc["cpus"], "cpus", integer=True)} if "cpus" in svc else {}),
     )
 
 

@@ -1,29 +1,30 @@
 """Predictable time (Fuzz, Haeberlen et al., USENIX Security 2011): every answer is released at a
-deadline fixed from public facts.
+deadline fixed from public facts, on a path no other analyst's work can delay.
 
 A query's deadline is its arrival time plus a time that follows from its plan's static work
-bound, the owner's calibrated cost per row and the analyst's share of the engine
-(:mod:`dprivacy.service.workbound`), never less than the per-query time ``query_seconds`` of the
-sources it reads. For every admitted query the service runs the same statements: the plan on
-the empty shadow sources in the analyst's own lane (the *default answer*: the same query on an
-empty table, pure noise, charged to nobody) and the plan on the real sources (checked, charged,
-then computed) on the engine thread, earliest deadline first (:mod:`dprivacy.service.lanes`).
-At the deadline it answers:
+bound, the owner's calibrated cost per row and the analyst's guaranteed share of the CPUs
+(:mod:`dprivacy.service.workbound`, :mod:`dprivacy.service.shares`), never less than the
+per-query time ``query_seconds`` of the sources it reads. For every admitted query the service
+does the same two things at once:
 
-* the real answer, or the refusal it raised before any charge
-  (:class:`~dprivacy.errors.DPrivacyError`: bad plan, PINQ budget exceeded; these depend on the
-  plan and the analyst's own spending only);
-* any other exception raised while running (which the tables never raise because of the data)
-  is answered by the default, so no exception can tell records apart.
+* in the analyst's lane thread, the **decision** (:mod:`dprivacy.service.decide`): the plan on
+  empty shadow sources with the analyst's real PINQ budgets, which refuses the query (bad plan,
+  PINQ budget exceeded) or charges it and gives its *default answer* (pure noise);
+* in the analyst's own **worker process** (:mod:`dprivacy.service.workers`), the plan on the
+  real sources (ProPer charging the people's budgets there).
 
-The response is held until the deadline whatever happened, so its time depends on the
-configuration, the plan and the analyst's own requests only. Admitted work cannot exceed its
-bound and the schedule leaves every query its cost, so a query finishes before its deadline as
-long as the calibrated cost per row holds. If the engine falls behind that calibration anyway
-(a machine slower than the owner measured), an overrun query is interrupted (its charge, if
-committed, stands) or, if it had not started, not run (a PINQ query is still charged its s·ε on
-an empty selection), its default is released, and the owner sees it in the log and in
-``Runner.overruns``.
+At the deadline it answers the decision's refusal, or else the worker's real answer, or, if the
+worker has not answered by then (it is killed and replaced) or failed after its checks, the
+decided default. Whether a query is refused and what its PINQ charge is therefore follow from
+the analyst's ledger and the plan at arrival only; the worker can only choose between the real
+answer and the default one, and only the real one depends on data. The response is held until
+the deadline whatever happened, so its time depends on the configuration, the plan and the
+analyst's own requests only.
+
+Admitted work cannot exceed its bound and the worker runs one query at a time with its
+guaranteed share of the CPUs, so the real answer is there by the deadline as long as the
+calibrated costs hold. A worker that runs past its deadline anyway (a machine slower than the
+owner measured) is counted in ``Runner.overruns`` and logged for the owner.
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import threading
+import os
+import sys
 import time
-from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -41,20 +42,25 @@ from typing import Any
 from dprivacy.errors import DPrivacyError, UnsupportedOperationError
 from dprivacy.service.calibrate import calibrated
 from dprivacy.service.config import ServiceConfig
-from dprivacy.service.execute import Builder, run_query, schema_of
-from dprivacy.service.lanes import EngineThread, Lanes
+from dprivacy.service.decide import Decider
+from dprivacy.service.execute import Builder, schema_of
+from dprivacy.service.lanes import Lanes
 from dprivacy.service.plan import Plan
 from dprivacy.service.sources import (
-    Owner,
     Shadows,
+    open_source,
     pinq_record,
     public_schema,
     refuse_personal,
+    releases_of,
 )
+from dprivacy.service.workers import LaneWorker
 
 __all__ = ["Runner", "Outcome"]
 
 log = logging.getLogger("dprivacy.service")
+
+_START_SECONDS = 900.0  # the most a worker may take to open its sources when the service starts
 
 
 @dataclass
@@ -67,12 +73,40 @@ class Outcome:
     default: bool = False
 
 
-class _Job:
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.state = "queued"  # queued -> running -> done, or queued -> skipped
-        self.queued = time.monotonic()
-        self.started: float | None = None
+class OwnerHandles:
+    """The owner's read-only handles in the service process: the ProPer budget stores
+    (``budgets[source]``; they are shared by processes, and reading one catches up with what
+    the workers committed)."""
+
+    def __init__(self, cfg: ServiceConfig) -> None:
+        from dprivacy.tables.budgets.budget_table import BudgetTable
+
+        self.budgets = {s.name: BudgetTable(cfg.state_dir / f"proper-{s.name}.duckdb")
+                        for s in cfg.sources if s.kind == "proper"}
+
+
+def _schemas(cfg: ServiceConfig) -> dict[str, Any]:
+    """Every source's public schema, each checked against its cap (ConfigError if above)."""
+    import ibis
+
+    con = ibis.duckdb.connect()
+    spark: Any = None
+    out = {}
+    try:
+        for s in cfg.sources:
+            if s.engine == "spark":
+                from dprivacy.service.spark_sources import open_spark_source, spark_session
+
+                if spark is None:
+                    assert cfg.spark is not None
+                    spark = ibis.pyspark.connect(spark_session(cfg.spark))
+                t = open_spark_source(spark, s)
+            else:
+                t = open_source(con, s)
+            out[s.name] = public_schema(s, t.schema())
+        return out
+    finally:
+        con.disconnect()
 
 
 def _has_as_pinq(t: dict[str, Any]) -> bool:
@@ -83,31 +117,53 @@ def _has_as_pinq(t: dict[str, Any]) -> bool:
 
 
 class Runner:
-    """The owner's threads: the engine runs real queries (the engine and the ledgers) earliest
-    deadline first; each analyst's lane has a thread for its default answers and schema
-    requests; one thread holds the shared shadows, one reads PINQ budgets (never waits behind a
-    query)."""
+    """The service's threads and the analysts' workers: per analyst, a lane thread (decisions,
+    default answers, schemas), a dispatch thread and a worker process (real queries); one
+    thread holds the shared shadows, one reads PINQ budgets (never waits behind a query)."""
 
     def __init__(self, cfg: ServiceConfig) -> None:
-        self._main = EngineThread("dp-engine")
-        self.cfg = cfg = self._main.submit(calibrated, cfg).result()
+        # the event loop that releases the answers takes the interpreter lock from the lane
+        # threads within a millisecond (the default hand-over interval is 5 ms)
+        sys.setswitchinterval(min(sys.getswitchinterval(), 0.001))
+        self.cfg = cfg = calibrated(cfg)
+        os.makedirs(cfg.state_dir, exist_ok=True)
+        schemas = _schemas(cfg)
+        self.releases = releases_of(cfg)
+        # the workers start first: they open the sources while the rest is built
+        self.workers = {a.name: LaneWorker(cfg, a.name) for a in cfg.analysts}
         self._shadow = ThreadPoolExecutor(1, thread_name_prefix="dp-shadow")
         self._reader = ThreadPoolExecutor(1, thread_name_prefix="dp-budget")
-        self.owner: Owner = self._main.submit(Owner, cfg).result()
-        schemas = {s.name: public_schema(s, self.owner.raw[s.name].schema())
-                   for s in cfg.sources}
-        self.shadows: Shadows = self._shadow.submit(Shadows, cfg, schemas).result()
+        self.shadows: Shadows = self._shadow.submit(Shadows, cfg, schemas,
+                                                    self.releases).result()
         self._shadow.submit(self._warm_up).result()
         self.lanes = Lanes([a.name for a in cfg.analysts])
-        self._lane: dict[str, tuple[ThreadPoolExecutor, Shadows]] = {}
+        self._lane: dict[str, tuple[ThreadPoolExecutor, Decider]] = {}
+        self._dispatch: dict[str, ThreadPoolExecutor] = {}
         for a in cfg.analysts:
             ex = ThreadPoolExecutor(1, thread_name_prefix=f"dp-lane-{a.name}"[:15])
-            self._lane[a.name] = (ex, ex.submit(Shadows, cfg, schemas,
-                                                self.shadows.releases).result())
+            self._lane[a.name] = (ex, ex.submit(Decider, cfg, a.name, schemas,
+                                                self.releases).result())
+            self._dispatch[a.name] = ThreadPoolExecutor(
+                1, thread_name_prefix=f"dp-run-{a.name}"[:15])
         self._ledger: Any = self._reader.submit(self._open_reader).result()
-        self._cache: dict[str, OrderedDict[str, Any]] = {}
-        self._pinned: dict[str, dict[str, Any]] = {}  # analyst -> as_pinq tables (Builder)
+        until = time.monotonic() + _START_SECONDS
+        try:
+            for w in self.workers.values():
+                if not w.wait_ready(until):
+                    raise RuntimeError("the analysts' workers did not start in time")
+        except BaseException:
+            self.close()
+            raise
+        self._owner: OwnerHandles | None = None
+        self._stall: dict[str, float] = {}
         self.overruns = 0
+
+    @property
+    def owner(self) -> OwnerHandles:
+        """The owner's handles (opened on first use)."""
+        if self._owner is None:
+            self._owner = OwnerHandles(self.cfg)
+        return self._owner
 
     def _open_reader(self) -> Any:
         from dprivacy.tables import Ledger
@@ -115,81 +171,39 @@ class Runner:
         return Ledger(self.cfg.state_dir / "pinq.sqlite")
 
     def close(self) -> None:
-        """Stop the threads (queries in flight finish first)."""
-        self._main.shutdown(wait=True)
-        for ex in (self._shadow, self._reader, *(e for e, _s in self._lane.values())):
+        """Stop the threads and the workers (queries in flight finish first)."""
+        for ex in self._dispatch.values() if hasattr(self, "_dispatch") else ():
             ex.shutdown(wait=True)
+        for w in self.workers.values():
+            w.close()
+        for ex in (getattr(self, "_shadow", None), getattr(self, "_reader", None),
+                   *(e for e, _d in getattr(self, "_lane", {}).values())):
+            if ex is not None:
+                ex.shutdown(wait=True)
+
+    def stall(self, analyst: str, seconds: float) -> None:
+        """Make the analyst's next query wait ``seconds`` in its worker before it runs (tests:
+        a worker slower than the calibrated costs)."""
+        self._stall[analyst] = seconds
 
     # ------------------------------------------------------------------ work in the threads
-    def _real(self, analyst: str, plan: Plan, job: _Job) -> Outcome:
-        with job.lock:
-            skipped = job.state == "skipped"
-            job.state = "running"
-            job.started = time.monotonic()
-        self.owner.begin()  # what an interrupt stops: this query's engine work only
-        if skipped:
-            self._charge_only(analyst, plan)
-            return Outcome(default=True)
-        try:
-            t = self._builder(analyst).table(plan.table)
-            assert plan.query is not None
-            return Outcome(value=run_query(t, plan.query, self.owner.releases.get(plan.source)))
-        except DPrivacyError as exc:
-            return Outcome(error=exc)
-        except BaseException as exc:  # noqa: BLE001 - answered by the default, logged for the owner
-            if not isinstance(exc, Exception):
-                raise
-            log.warning("query failed after its checks (answered by the default): %s",
-                        type(exc).__name__)
-            return Outcome(default=True)
-        finally:
-            with job.lock:
-                job.state = "done"
-
-    def _builder(self, analyst: str) -> Builder:
-        return Builder(lambda s: self.owner.table(s, analyst),
-                       self._cache.setdefault(analyst, OrderedDict()),
-                       self._pinned.setdefault(analyst, {}), self.cfg.max_as_pinq)
-
-    def _charge_only(self, analyst: str, plan: Plan) -> None:
-        """A query that overran before it started: its default was released, and its charge is
-        made now: the same query on an empty selection. PINQ charges s·ε (a release: s·max_i c_i)
-        exactly as the query would have; ProPer charges nobody (no record was read, so nobody's
-        data was used), so a plan on ProPer sources only, without ``as_pinq``, runs nothing
-        (on Spark an empty charge still rewrites the budgets: an engine that fell behind would
-        stay behind)."""
-        import ibis
-
-        kinds = {s.kind for s in self.cfg.sources if s.name in plan.sources}
-        if kinds == {"proper"} and not _has_as_pinq(plan.table):
-            return
-        try:
-            t = self._builder(analyst).table(plan.table)
-            assert plan.query is not None
-            run_query(t.where(ibis.literal(False)), plan.query,
-                      self.owner.releases.get(plan.source))
-        except Exception as exc:  # noqa: BLE001 - e.g. the budget cannot pay: nothing to charge
-            log.warning("overrun query: charge not made (%s)", type(exc).__name__)
-
-    def _default(self, shadows: Shadows, plan: Plan) -> Outcome:
-        try:
-            t = Builder(shadows.table).table(plan.table)
-            assert plan.query is not None
-            return Outcome(value=run_query(t, plan.query, shadows.releases.get(plan.source)),
-                           default=True)
-        except DPrivacyError as exc:
-            return Outcome(error=exc, default=True)
-        except Exception as exc:  # noqa: BLE001 - the default must exist: None
-            log.warning("the default answer failed (%s): answered None", type(exc).__name__)
-            return Outcome(value=None, default=True)
-
     def _warm_up(self) -> None:
         """A count on every empty shadow source: the first query of a process loads and
-        compiles code paths that later queries reuse (not counted in the calibrated costs)."""
+        compiles code paths that later queries reuse."""
         for s in self.cfg.sources:
             self._default(self.shadows, Plan({"source": s.name, "steps": []},
                                              {"op": "noisy_count", "eps": 1.0},
                                              frozenset({s.name})))
+
+    def _default(self, shadows: Shadows, plan: Plan) -> Any:
+        from dprivacy.service.execute import run_query
+
+        try:
+            t = Builder(shadows.table).table(plan.table)
+            assert plan.query is not None
+            return run_query(t, plan.query, shadows.releases.get(plan.source))
+        except Exception:  # noqa: BLE001 - a warm-up only
+            return None
 
     def _schema(self, shadows: Shadows, plan: Plan) -> list[list[str]]:
         return schema_of(Builder(shadows.table).table(plan.table))
@@ -233,10 +247,10 @@ class Runner:
             raise UnsupportedOperationError("the remaining budget of a table that mixes an "
                                             "as_pinq table with another source is not available")
         key = json.dumps([plan.source, steps[: k + 1]], sort_keys=True)
-        hit = self._pinned.get(analyst, {}).get(key)
-        if hit is None:  # not queried yet: nobody was charged, the whole ε is left
+        left = self._lane[analyst][1].pinned_budget(key)
+        if left is None:  # not queried yet: nobody was charged, the whole ε is left
             return eps_arg(steps[k]["eps"])
-        return float(hit.remaining_budget())
+        return left
 
     # ------------------------------------------------------------------ async entry points
     async def query(self, analyst: str, plan: Plan, deadline: float) -> Outcome:
@@ -248,37 +262,38 @@ class Runner:
 
     async def _query(self, analyst: str, plan: Plan, deadline: float) -> Outcome:
         loop = asyncio.get_running_loop()
-        job = _Job()
-        lane, shadows = self._lane[analyst]
-        dflt = loop.run_in_executor(lane, self._default, shadows, plan)
-        real = asyncio.wrap_future(self._main.submit(self._real, analyst, plan, job,
-                                                     deadline=deadline))
-        out: Outcome
-        try:
-            out = await asyncio.wait_for(asyncio.shield(real),
+        lane, decider = self._lane[analyst]
+        job = (self._stall.pop(analyst, 0.0), plan.table, plan.query, plan.source)
+        real = loop.run_in_executor(self._dispatch[analyst], self.workers[analyst].run, job,
+                                    deadline)
+        decided = await loop.run_in_executor(lane, decider.decide, plan)
+        if decided.error is not None:  # refused from the ledger and the plan; the worker's
+            return Outcome(error=decided.error)  # run ends by the deadline, unseen
+        try:  # released at the deadline even if the dispatch thread is slow to give up
+            got = await asyncio.wait_for(asyncio.shield(real),
                                          timeout=max(0.0, deadline - time.monotonic()))
         except TimeoutError:
-            with job.lock:  # held while interrupting: the owner's thread cannot move on to
-                if job.state == "queued":  # another query meanwhile
-                    job.state = "skipped"
-                elif job.state == "running":
-                    self.owner.interrupt()
+            got = None
+        if got is not None and got[0] == "value":
+            return Outcome(value=got[1])
+        if got is None:
+            # a new worker right away, on the dispatch thread (the next query waits for it)
+            self._dispatch[analyst].submit(self.workers[analyst].replace)
             self.overruns += 1
-            now = time.monotonic()
-            log.warning("a query overran its deadline (%s when it was due, %.3f s after it was "
-                        "queued, %s): answered by the default", job.state, now - job.queued,
-                        "not started" if job.started is None
-                        else f"started {job.started - job.queued:.3f} s after")
-            out = Outcome(default=True)
-        if out.default:
-            out = await dflt
-        return out
+            log.warning("a query overran its deadline in the worker of analyst %r (killed and "
+                        "replaced): the default was released", analyst)
+        else:
+            log.warning("query failed after its checks (%s: %s): answered by the default",
+                        got[0], got[1])
+        return Outcome(value=decided.value, default=True)
 
     async def schema(self, plan: Plan, analyst: str | None = None) -> list[list[str]]:
         """The public schema of the plan's table (computed on the shadows, in the analyst's
         own lane if one is named: another analyst's schema requests never delay it)."""
-        ex, shadows = self._lane[analyst] if analyst is not None else (self._shadow,
-                                                                        self.shadows)
+        if analyst is not None:
+            ex, shadows = self._lane[analyst][0], self._lane[analyst][1].shadows
+        else:
+            ex, shadows = self._shadow, self.shadows
         return await asyncio.get_running_loop().run_in_executor(ex, self._schema, shadows, plan)
 
     async def budget(self, analyst: str, plan: Plan) -> Any:

@@ -15,7 +15,11 @@ __all__ = ["register", "ServiceThread", "listening_socket"]
 
 class ServiceThread(BackgroundServer):
     """uvicorn serving the service for ``cfg`` on ``host:port`` (0: a free port) in a daemon
-    thread; ``url``, ``stop()``."""
+    thread; ``url``, ``stop()``.
+
+    The analysts' workers are processes started with :mod:`multiprocessing` (a fork server):
+    a script that starts the service this way needs the usual ``if __name__ == "__main__":``
+    guard around it (notebooks and ``python -m`` modules do not)."""
 
     def __init__(self, cfg: ServiceConfig, host: str = "127.0.0.1", port: int = 0) -> None:
         from dprivacy.service.app import create_app

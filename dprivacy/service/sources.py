@@ -16,8 +16,13 @@ API:
 gives the public schema of a derived table and the documented default answer (the same query on
 an empty table: pure noise, charged to nobody).
 
-The SQLite ledger's connection belongs to the thread that opened it, so an Owner is built and
-used in one worker thread (see :mod:`dprivacy.service.runner`).
+An Owner lives in one analyst's worker process (:mod:`dprivacy.service.workers`): it opens the
+sources that analyst may use, on a DuckDB connection of one thread. There its PINQ tables are
+*prepaid*: the service charged the analyst's durable PINQ budget before the query reached the
+worker (:mod:`dprivacy.service.runner`), so they keep no ledger of their own. ProPer tables charge
+the people's personal budgets in the worker, in the durable store every worker shares (it is
+safe for processes). Without an analyst, an Owner opens every source with the durable PINQ
+ledgers (the in-process use of the tables, and tests).
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from dprivacy.service.releases import ReleaseInputs, open_release
 __all__ = ["Owner", "Shadows", "open_source", "analyst_columns", "public_schema"]
 
 _SHADOW_BUDGET = 1e6
+_WORKER_MEMORY = "1GB"  # DuckDB's buffers in one analyst's worker (it spills beyond)
+_PREPAID = 1e12  # a worker's PINQ tables: the charge was made before the query reached it
 
 
 def open_source(con: Any, src: SourceConfig) -> Any:
@@ -73,29 +80,37 @@ def _open(con: Any, src: SourceConfig) -> Any:
 class Owner:
     """Sources, tables and budgets of the running service (see the module doc)."""
 
-    def __init__(self, cfg: ServiceConfig) -> None:
+    def __init__(self, cfg: ServiceConfig, analyst: str | None = None) -> None:
         import ibis
 
         from dprivacy.tables import Ledger
 
         self.cfg = cfg
+        self.analyst = analyst
         os.makedirs(cfg.state_dir, exist_ok=True)
-        self.con = ibis.duckdb.connect()
+        if analyst is None:
+            self.con = ibis.duckdb.connect()
+            self.ledger: Any = Ledger(cfg.state_dir / "pinq.sqlite")
+        else:  # one engine thread per worker: its share of the machine is its process's
+            self.con = ibis.duckdb.connect(threads=1, memory_limit=_WORKER_MEMORY)
+            self.con.raw_sql("SET enable_progress_bar = false")
+            self.ledger = None
+        mine = [s for s in cfg.sources if analyst is None or any(
+            a.name == analyst and a.may_use(s.name) for a in cfg.analysts)]
         self.spark: Any = None  # the Ibis PySpark backend of the Spark sources, if any
         self._query = 0  # the number of the query the engine runs (its Spark job group)
-        if cfg.spark is not None and "spark" in cfg.engines():
+        if cfg.spark is not None and any(s.engine == "spark" for s in mine):
             from dprivacy.service.spark_sources import spark_session, warm_up_spark
 
             session = spark_session(cfg.spark)
             warm_up_spark(session)
             self.spark = ibis.pyspark.connect(session)
-        self.ledger = Ledger(cfg.state_dir / "pinq.sqlite")
-        self.raw: dict[str, Any] = {s.name: self._read(s) for s in cfg.sources}
+        self.raw: dict[str, Any] = {s.name: self._read(s) for s in mine}
         self.pinq: dict[tuple[str, str], Any] = {}
         self.proper: dict[str, Any] = {}
         self.budgets: dict[str, Any] = {}  # ProPer budget tables: the owner's handles
         self.releases = releases_of(cfg)
-        for s in cfg.sources:
+        for s in mine:
             try:
                 self._open(s)
             except DPrivacyError as exc:
@@ -113,10 +128,15 @@ class Owner:
 
         if s.kind == "pinq":
             for a in self.cfg.analysts:
-                if a.may_use(s.name):
+                if self.analyst is not None and a.name == self.analyst:
                     self.pinq[(s.name, a.name)] = Queryable(
-                        self.raw[s.name], **_budget(s.notion, s.budget), ledger=self.ledger,
-                        source=pinq_record(s.name, a.name), backend=s.engine)
+                        self.raw[s.name], **pinq_budget_kwargs(s.notion, _PREPAID),
+                        backend=s.engine)
+                elif self.analyst is None and a.may_use(s.name):
+                    self.pinq[(s.name, a.name)] = Queryable(
+                        self.raw[s.name], **pinq_budget_kwargs(s.notion, s.budget),
+                        ledger=self.ledger, source=pinq_record(s.name, a.name),
+                        backend=s.engine)
         else:
             budget = s.budget_column if s.budget_column is not None else s.budget
             assert budget is not None
@@ -227,10 +247,10 @@ class Shadows:
         src = self.cfg.source(source)
         budget = max(_SHADOW_BUDGET, src.budget or 0.0) if src is not None else _SHADOW_BUDGET
         notion = src.notion if src is not None else "pure"
-        return Queryable(self.empty[source], **_budget(notion, budget), backend="duckdb")
+        return Queryable(self.empty[source], **pinq_budget_kwargs(notion, budget), backend="duckdb")
 
 
-def _budget(notion: str, amount: float | None) -> dict[str, float | None]:
+def pinq_budget_kwargs(notion: str, amount: float | None) -> dict[str, float | None]:
     """Queryable's budget argument: ``budget=`` (pure ε) or ``rho=`` (zCDP mode)."""
     return {"rho": amount} if notion == "zcdp" else {"budget": amount}
 

@@ -20,8 +20,7 @@ mean; twice for an order statistic, plus the candidates; once per candidate for 
 mechanism; a grouped aggregation twice, plus its keys; a release twice, plus the universe's
 elements and the workload's queries), plus one more pass for a ProPer charge.
 Fan-out compounds, and the cap applies to the plan as a whole: a plan whose work exceeds the
-owner's ``max_work_rows``, or whose cost (below) exceeds the capacity ``B``, is refused with one
-line before any charge, whatever the data.
+owner's ``max_work_rows`` is refused with one line before any charge, whatever the data.
 
 **Execution cannot exceed the bound.** Each step's output is at most its bound on every dataset
 whose sources are within their caps, because the bound is the step's own definition applied to
@@ -30,23 +29,23 @@ engine's ``select_many`` keeps the first ``k`` elements; the bounded join keeps 
 records per key), and each source is checked against its cap when the service opens it and is
 read through a ``LIMIT`` of its cap afterwards (see :mod:`dprivacy.service.sources`).
 
-**The deadline.** The engine's cost of a plan is
+**The deadline.** The engine's cost of a plan on one CPU is
 ``C = base_seconds · (1 + steps) + work · row_seconds``: the owner's calibrated fixed cost of a
 query and of each step (building and compiling it, registering a public table), and cost per
-row of work; ``steps`` counts the steps of every table of the plan. The service admits plans
-with ``C ≤ B = base_seconds + max_work_rows · row_seconds`` (its capacity). A query of an
-analyst whose reserved share of the engine is ``s`` is answered ``max(query_seconds, B + C / s)``
-seconds after it arrived (a query that has started is not pre-empted, so one may have to wait
-for another admitted query, which costs at most ``B``). :mod:`dprivacy.service.lanes` explains
-why every admitted query then finishes by its deadline.
+row of work; ``steps`` counts the steps of every table of the plan. Every step costs its
+``base_seconds``, so the largest admissible plan costs
+``B = base_seconds · (1 + MAX_TABLES · max_plan_steps) + max_work_rows · row_seconds``
+(:func:`capacity_seconds`): the one capacity check is on rows, and the cost in seconds of any
+admitted plan is at most ``B``. A query of analyst ``a`` runs alone on the analyst's own worker
+process, which is guaranteed a fraction ``f_a`` of one CPU (:mod:`dprivacy.service.shares`),
+so it is answered ``max(query_seconds, C / f_a)`` seconds after it arrived
+(:mod:`dprivacy.service.lanes`).
 
 **Engines.** A plan reads sources of one engine. Sources with ``engine = "spark"`` have Spark's
 own costs and capacity (``[spark]`` ``base_seconds``, ``step_seconds``, ``row_seconds``,
 ``max_work_rows``; Spark compiles a plan's steps into one job, so a step costs
-``step_seconds`` there instead of ``base_seconds``): their plans are bounded and admitted with
-those, and ``B`` in every deadline is the largest capacity
-of the engines the service runs (one engine thread runs both, so a DuckDB query may wait for a
-Spark query that has started).
+``step_seconds`` there instead of ``base_seconds``): their plans are bounded, admitted and
+given deadlines with those (a worker's Spark jobs run on the analyst's own Spark driver).
 """
 
 from __future__ import annotations
@@ -56,6 +55,8 @@ from typing import Any
 
 from dprivacy.errors import ValidationError
 from dprivacy.service.config import ServiceConfig
+from dprivacy.service.plan import MAX_TABLES
+from dprivacy.service.shares import cpu_fraction
 
 __all__ = ["WorkBound", "plan_bound", "capacity_seconds", "deadline_seconds", "table_rows"]
 
@@ -176,7 +177,7 @@ def plan_bound(table: dict[str, Any], query: dict[str, Any] | None,
                               "query the ProPer table itself")
     b = WorkBound(rows, w.work, w.steps, w.top[1], engine)
     cap = cfg.costs(engine)[3]
-    if b.work > cap or b.seconds(cfg) > capacity_seconds(cfg, engine) + 1e-12:
+    if b.work > cap:
         raise ValidationError(
             f"the plan can process up to {b.work:.3g} rows in {b.steps} steps on data within "
             f"the sources' caps (most at {b.largest}: {w.top[0]:.3g} rows), above this "
@@ -185,17 +186,18 @@ def plan_bound(table: dict[str, Any], query: dict[str, Any] | None,
 
 
 def capacity_seconds(cfg: ServiceConfig, engine: str | None = None) -> float:
-    """The engine's cost of the largest plan the service admits (``B`` in the module doc); for
-    ``engine`` None, the largest over the engines of the configured sources."""
+    """The engine's cost of the largest plan the service admits (``B`` in the module doc: every
+    step counted, up to the most steps a plan may have); for ``engine`` None, the largest over
+    the engines of the configured sources."""
     if engine is None:
         return max(capacity_seconds(cfg, e) for e in cfg.engines() | {"duckdb"})
-    base, _step, row, cap = cfg.costs(engine)
-    return base + cap * row
+    base, step, row, cap = cfg.costs(engine)
+    return base + step * MAX_TABLES * cfg.max_plan_steps + cap * row
 
 
 def deadline_seconds(cfg: ServiceConfig, analyst: str, bound: WorkBound, sources: set[str],
                      *, release: bool = False) -> float:
-    """Seconds from a query's arrival to its answer: ``max(query_seconds, B + C / share)``
-    (see the module doc; ``query_seconds`` is the largest of the plan's sources')."""
+    """Seconds from a query's arrival to its answer: ``max(query_seconds, C / f_a)`` (see the
+    module doc; ``query_seconds`` is the largest of the plan's sources')."""
     floor = cfg.deadline_seconds(sources, release=release)
-    return max(floor, capacity_seconds(cfg) + bound.seconds(cfg) / cfg.share(analyst))
+    return max(floor, bound.seconds(cfg) / cpu_fraction(cfg, analyst))

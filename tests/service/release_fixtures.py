@@ -91,6 +91,5 @@ def owner_inputs() -> tuple[Any, Any, Any, Any]:
 
 def proper_charges(srv: ServiceThread) -> list[tuple[int, str | None, int, float]]:
     """(number, label, payers, total ε) of every committed ProPer query on "people" (read
-    through the owner's handle, in the owner's thread)."""
-    owner = srv.runner.owner
-    return srv.runner._main.submit(lambda: owner.budgets["people"].queries()).result()
+    through the owner's handle: the store is shared by the workers' processes)."""
+    return srv.runner.owner.budgets["people"].queries()

@@ -75,7 +75,7 @@ def test_remote_noise_matches_the_per_key_answers(start):
     per-key noisy counts of the same table in process (two-sample KS), not Lap(K/ε)."""
     ppl = people()
     ppl["eps"] = 1e9
-    srv = start(ppl=ppl, query_seconds=0.2, service="max_candidates = 2000")
+    srv = start(ppl=ppl, query_seconds=1.0, service="max_candidates = 2000")
     p = connect(srv.url, key=KEYS["alice"]).table("people")
     keys = [f"none{i}" for i in range(1000)]
     eps = 0.5

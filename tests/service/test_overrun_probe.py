@@ -23,7 +23,9 @@ from tests.service.test_timing import best_threshold_accuracy
 pytestmark = pytest.mark.slow
 
 TARGET = "target-7f3a"
-CAPS = "max_rows = 1000\nmax_work_rows = 2000000\nrow_seconds = 1e-7\nbase_seconds = 0.05"
+# costs well above the idle machine's: three services (six worker processes) share the 2-core
+# test machine with whatever else runs there
+CAPS = "max_rows = 1000\nmax_work_rows = 2000000\nrow_seconds = 1e-7\nbase_seconds = 0.15"
 PUB = {"columns": ["j"], "rows": [[i] for i in range(14)]}
 
 
@@ -116,11 +118,12 @@ def _run(start, products: int, second: str) -> tuple[tuple, dict[str, float]]:
         for c in clients.values():
             c.close()
     assert max(best.values()) <= 0.65, best
-    # every query's work is bounded and its deadline leaves it its calibrated cost; on the
-    # shared 2-core test machine (three services in this process, load average up to 14) a
-    # rare stall of the engine (a commit, a pause) can still exceed it: at most 2 of the 120
-    # queries a service answers per attempt
-    assert all(s.runner.overruns <= 2 for s in srv.values()), [s.runner.overruns
+    # every query's work is bounded and its deadline leaves it its calibrated cost on its own
+    # worker; on the shared 2-core test machine (three services, six workers, load average up
+    # to 24) a rare stall (a commit's fsync, the scheduler) can still exceed it: at most 6 of
+    # the up to 360 queries a service answers over the attempts. An overrun only swaps the real
+    # answer for the default one: the statuses above are decided at arrival
+    assert all(s.runner.overruns <= 6 for s in srv.values()), [s.runner.overruns
                                                                  for s in srv.values()]
     every = [x for n in srv for x in shapes[n]]
     print(f"best-threshold accuracies ({products} products): {best}")
@@ -160,9 +163,62 @@ def test_the_second_query_of_a_busy_analyst_is_refused_at_once(start):
     for s in srv.values():
         with httpx.Client(headers={"Authorization": f"Bearer {KEYS['alice']}"},
                           timeout=30) as c:
-            # 0.25 s later: the probe has arrived (its deadline is about 0.56 s away)
+            # 0.25 s later: the probe has arrived (its deadline is about 0.45 s away)
             shape, _t1, t2, _v = _trial(c, c, s.url, _probe(1), gap=0.25)
             assert shape[0] == 200 and shape[3] == 429 and t2 < 0.25
             r = c.post(s.url + "/v1/budget", json={"v": 1, "table": {"source": "visits",
                                                                        "steps": []}})
             assert r.json()["remaining"] == 1.0
+
+
+def test_an_overrun_never_changes_a_status_or_a_charge(start):
+    """The overrun forced where it hurts most: on the neighbours with the target (present,
+    exhausted) the analyst's worker is made to run past the deadline of every probe (as if the
+    target's rows made it slow), on the neighbour without it the probe runs in time. Right
+    after each probe's answer the same analyst sends an over-budget PINQ query. The statuses
+    and messages of both, and both response times, must not tell the neighbours apart (40 + 40
+    trials, best-threshold classifier at most 65 %): whether a query is refused is decided from
+    the ledger and the plan at arrival, and every answer comes at its deadline."""
+    caps = CAPS
+    base = people(500).assign(eps=1e6)
+    target = {"pid": 5000, "age": 50, "name": TARGET, "eps": 1e6}
+    srv = {
+        "absent": start("absent", base, query_seconds=0.05, service=caps),
+        "present": start("present", people(500, extra=target).assign(eps=1e6),
+                         query_seconds=0.05, service=caps),
+        "exhausted": start("exhausted", people(500, extra=target).assign(
+            eps=lambda d: np.where(d.pid == 5000, 0.0, 1e6)), query_seconds=0.05, service=caps),
+    }
+    probe = _probe(1)
+    shapes: dict[str, list] = {n: [] for n in srv}
+    times: dict[str, dict[str, list[float]]] = {n: {"t1": [], "t2": []} for n in srv}
+    h = {"Authorization": f"Bearer {KEYS['alice']}"}
+    with httpx.Client(headers=h, timeout=30) as c:
+        for _i in range(40):
+            for n, s in srv.items():
+                if n != "absent":
+                    s.runner.stall("alice", 2.0)  # the worker overruns: killed at the deadline
+                t0 = time.perf_counter()
+                r1 = c.post(s.url + "/v1/query", json=probe)
+                t1 = time.perf_counter() - t0
+                t0 = time.perf_counter()
+                r2 = c.post(s.url + "/v1/query", json=OVER_BUDGET)
+                t2 = time.perf_counter() - t0
+                shapes[n].append((r1.status_code, r2.status_code, r2.json().get("error"),
+                                  r2.json().get("message")))
+                times[n]["t1"].append(t1)
+                times[n]["t2"].append(t2)
+    assert srv["present"].runner.overruns >= 40 and srv["exhausted"].runner.overruns >= 40
+    assert set(shapes["absent"]) == {(200, 409, "BudgetExceededError",
+                                      shapes["absent"][0][3])}
+    for other in ("present", "exhausted"):
+        assert categorical_accuracy(shapes["absent"], shapes[other]) == 0.5
+        for k in ("t1", "t2"):
+            acc = best_threshold_accuracy(np.array(times["absent"][k]),
+                                          np.array(times[other][k]))
+            assert acc <= 0.65, (other, k, acc)
+    # nothing was charged on the PINQ source: every over-budget query was refused
+    for s in srv.values():
+        r = httpx.post(s.url + "/v1/budget", headers=h, timeout=30,
+                       json={"v": 1, "table": {"source": "visits", "steps": []}})
+        assert r.json()["remaining"] == 1.0

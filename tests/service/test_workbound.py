@@ -17,7 +17,10 @@ from dprivacy.errors import ConfigError, ValidationError
 from dprivacy.remote import connect
 from dprivacy.service.config import load_config
 from dprivacy.service.execute import Builder
+from dprivacy.service.plan import MAX_TABLES
 from dprivacy.service.serve import ServiceThread
+from dprivacy.service.shares import cpu_fraction, nice_weight, worker_nice
+from dprivacy.service.sources import Owner
 from dprivacy.service.workbound import (
     capacity_seconds,
     deadline_seconds,
@@ -97,14 +100,16 @@ def test_actual_rows_never_exceed_the_bound(tmp_path):
                                            {"op": "take", "n": 5}]},
         ]
 
+        owner = Owner(run.cfg)  # the owner's own view of the sources, in this thread
+
         def count(t: dict) -> int:
-            tab = Builder(lambda s: run.owner.table(s, "alice")).table(t)
+            tab = Builder(lambda s: owner.table(s, "alice")).table(t)
             return int(tab._rel.table.count().execute())
 
         for p in plans:
             for i in range(len(p["steps"]) + 1):
                 t = {"source": p["source"], "steps": p["steps"][:i]}
-                got = run._main.submit(count, t).result()
+                got = count(t)
                 assert 0 < got <= table_rows(t, cfg), (t, got)
     finally:
         srv.stop()
@@ -139,25 +144,31 @@ def test_over_capacity_is_refused_before_any_charge_at_the_default_deadline(star
 
 def test_the_deadline_follows_from_the_bound(start):
     """With a slow calibrated cost per row, a plan with a larger bound is answered later, at
-    max(query_seconds, B + C / share); query_seconds stays the floor."""
+    max(query_seconds, C / f) (f: the analyst's worker's guaranteed fraction of a CPU);
+    query_seconds stays the floor."""
     srv = start(query_seconds=0.5, service="max_rows = 1000\nmax_work_rows = 100000\n"
-                                           "row_seconds = 2e-6\nbase_seconds = 0.05")
+                                           "row_seconds = 1e-5\nbase_seconds = 0.05")
     cfg = srv.runner.cfg
     s = connect(srv.url, key=KEYS["alice"])
     small = s.table("visits").take(5)
     big = s.table("people").product(pd.DataFrame({"j": range(20)}))
-    assert capacity_seconds(cfg) == pytest.approx(0.05 + 100000 * 2e-6)
+    # every step costs base_seconds: the capacity counts the most steps a plan may have
+    assert capacity_seconds(cfg) == pytest.approx(0.05 * (1 + MAX_TABLES * cfg.max_plan_steps)
+                                                  + 100000 * 1e-5)
+    f = cpu_fraction(cfg, "alice")
+    assert f == pytest.approx(min(1.0, cfg.cpus / 2))  # two analysts, equal shares
     wants: list[float] = []
     for t in (small, big):
         b = plan_bound(t.plan, COUNT, cfg)
         want = deadline_seconds(cfg, "alice", b, {t.plan["source"]})
-        assert want == pytest.approx(max(0.5, capacity_seconds(cfg) + b.seconds(cfg) / 0.5))
+        assert b.seconds(cfg) <= capacity_seconds(cfg)
+        assert want == pytest.approx(max(0.5, b.seconds(cfg) / f))
         wants.append(want)
         t0 = time.perf_counter()
         t.noisy_count(0.1)
         dt = time.perf_counter() - t0
         assert want <= dt < want + 0.5, (want, dt)
-    assert wants[0] == 0.5 and wants[1] > 0.6  # the floor, then the bound's deadline
+    assert wants[0] == 0.5 and wants[1] > 0.55  # the floor, then the bound's deadline
     assert srv.runner.overruns == 0
 
 
@@ -183,8 +194,17 @@ def test_shares_split_the_engine(tmp_path):
     cfg = load_config(path)
     assert cfg.share("alice") == 0.8 and cfg.share("bob") == pytest.approx(0.2)
     b = plan_bound({"source": "visits", "steps": []}, COUNT, cfg)
+    # bob's worker runs round(log_1.25(0.8 / 0.2)) = 6 nice steps below alice's
+    assert worker_nice(cfg, "bob", base=0) - worker_nice(cfg, "alice", base=0) == 6
+    fa, fb = cpu_fraction(cfg, "alice", base=0), cpu_fraction(cfg, "bob", base=0)
+    wa, wb = nice_weight(5), nice_weight(11)
+    assert fb == pytest.approx(min(1.0, cfg.cpus * wb / (wa + wb))) and fb < fa
     assert deadline_seconds(cfg, "bob", b, {"visits"}) == pytest.approx(
-        max(0.25, capacity_seconds(cfg) + b.seconds(cfg) / 0.2))
+        max(0.25, b.seconds(cfg) / cpu_fraction(cfg, "bob")))
+    # the CPUs the workers share: declared, or this process's
+    path.write_text(text.replace("[service]\n", "[service]\ncpus = 1\n"))
+    one = load_config(path)
+    assert one.cpus == 1 and cpu_fraction(one, "bob", base=0) == pytest.approx(0.5)
     for bad in ("share = 1.0", "share = 1.5", "share = 0"):
         path.write_text(text.replace('name = "alice"\n', f'name = "alice"\n{bad}\n'))
         with pytest.raises(ConfigError, match="share"):
