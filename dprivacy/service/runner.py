@@ -109,13 +109,6 @@ def _schemas(cfg: ServiceConfig) -> dict[str, Any]:
         con.disconnect()
 
 
-def _has_as_pinq(t: dict[str, Any]) -> bool:
-    """Whether the plan table ``t`` (or a table it reads) has an ``as_pinq`` step."""
-    return any(s["op"] == "as_pinq" or isinstance(s.get("other"), dict)
-               and "steps" in s["other"] and _has_as_pinq(s["other"])
-               for s in t.get("steps", []))
-
-
 class Runner:
     """The service's threads and the analysts' workers: per analyst, a lane thread (decisions,
     default answers, schemas), a dispatch thread and a worker process (real queries); one

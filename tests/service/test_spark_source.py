@@ -26,6 +26,8 @@ from dprivacy.errors import ConfigError, ValidationError
 from dprivacy.remote import connect
 from dprivacy.service.auth import key_sha256
 from dprivacy.service.config import load_config, parse_config
+from dprivacy.service.plan import MAX_TABLES
+from dprivacy.service.shares import cpu_fraction
 from dprivacy.service.workbound import capacity_seconds, deadline_seconds, plan_bound
 from tests.service.conftest import KEYS, people
 
@@ -91,11 +93,16 @@ def test_spark_plans_are_bounded_with_sparks_costs(tmp_path: Path) -> None:
     three = [{"op": "where", "pred": {"col": "age"}}] * 3
     b3 = plan_bound({"source": "people", "steps": three}, COUNT, cfg)
     assert b3.seconds(cfg) == pytest.approx(0.5 + 3 * 0.001 + b3.work * 1e-6)
-    # one engine thread runs both: every deadline waits for the largest admitted plan
-    assert capacity_seconds(cfg) == pytest.approx(0.5 + 10_000 * 1e-6)
-    assert capacity_seconds(cfg, "duckdb") == pytest.approx(0.02 + 2_000_000 * 5e-8)
+    # the largest admissible plan of each engine, every possible step counted; a deadline
+    # follows from the plan's own cost and the analyst's worker's CPU fraction
+    steps = MAX_TABLES * cfg.max_plan_steps
+    assert capacity_seconds(cfg, "spark") == pytest.approx(0.5 + steps * 0.001 + 10_000 * 1e-6)
+    assert capacity_seconds(cfg, "duckdb") == pytest.approx(0.02 * (1 + steps)
+                                                            + 2_000_000 * 5e-8)
+    assert capacity_seconds(cfg) == max(capacity_seconds(cfg, "spark"),
+                                        capacity_seconds(cfg, "duckdb"))
     assert deadline_seconds(cfg, "alice", duck, {"visits"}) == pytest.approx(
-        capacity_seconds(cfg) + duck.seconds(cfg))
+        max(cfg.query_seconds, duck.seconds(cfg) / cpu_fraction(cfg, "alice")))
     where = {"op": "where", "pred": {"col": "age"}}
     with pytest.raises(ValidationError, match="capacity of 1e.04 rows"):  # Spark's own
         plan_bound({"source": "people", "steps": [where] * 8}, COUNT, cfg)
