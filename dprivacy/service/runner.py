@@ -74,15 +74,15 @@ class Outcome:
 
 
 class OwnerHandles:
-    """The owner's read-only handles in the service process: the ProPer budget stores
-    (``budgets[source]``; they are shared by processes, and reading one catches up with what
-    the workers committed)."""
+    """The owner's read-only handles in the service process: the ProPer budget stores of the
+    DuckDB sources (``budgets[source]``; they are shared by processes, and reading one catches
+    up with what the workers committed; a Spark source's are under ``budget_dir``)."""
 
     def __init__(self, cfg: ServiceConfig) -> None:
         from dprivacy.tables.budgets.budget_table import BudgetTable
 
         self.budgets = {s.name: BudgetTable(cfg.state_dir / f"proper-{s.name}.duckdb")
-                        for s in cfg.sources if s.kind == "proper"}
+                        for s in cfg.sources if s.kind == "proper" and s.engine != "spark"}
 
 
 def _schemas(cfg: ServiceConfig) -> dict[str, Any]:
