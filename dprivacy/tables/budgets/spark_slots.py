@@ -287,7 +287,8 @@ class SparkSlotBudgets:
             try:
                 out = os.path.join(self.path, name)
                 ctx = _context(self.path, meta, out=out, uniform=uniform)
-                rows = asked.mapInArrow(_charge_task(ctx), _BLOCKS).collect()
+                rows = _collect_big_batches(eng.session, asked.mapInArrow(_charge_task(ctx),
+                                                                          _BLOCKS))
                 self.log.sync_dir(out)
                 blocks = [{"file": f"{name}/{r['file']}", "key": r["key"], "lo": r["lo"],
                            "hi": r["hi"], "cost": r["cost"]} for r in rows if r["file"]]
@@ -546,10 +547,14 @@ def _register_task(out: str) -> Any:
         i = np.asarray(ids.fill_null(-1).to_numpy())[keep]
         u = np.asarray(t.column("u").to_numpy())[keep]
         bad = bad or bool(i.size and i.min() < 0)
-        order = np.argsort(s, kind="stable")
-        s, i, u = s[order], i[order], u[order]
-        srt = np.sort(i)
-        dup = bool(srt.size > 1 and (srt[1:] == srt[:-1]).any())
+        if s.size > 1 and not (s[1:] > s[:-1]).all():
+            order = np.argsort(s, kind="stable")
+            s, i, u = s[order], i[order], u[order]
+        if i.size > 1 and not (i[1:] > i[:-1]).all():  # ids not increasing: sort to check
+            srt = np.sort(i)
+            dup = bool((srt[1:] == srt[:-1]).any())
+        else:
+            dup = False
         fid = s >> _FILE_BITS
         cuts = np.flatnonzero(np.diff(fid)) + 1
         for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(s)], strict=True):
@@ -570,6 +575,21 @@ def _register_task(out: str) -> Any:
                 schema=_schema(_PIECES))
 
     return run
+
+
+def _collect_big_batches(session: Any, frame: Any) -> list[Any]:
+    """``frame.collect()`` with Arrow batches of up to 2²⁰ rows to the Python tasks (fewer,
+    larger batches than the default 10⁴: the tasks only hold slots)."""
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = session.conf.get(key, None)
+    session.conf.set(key, str(1 << 20))
+    try:
+        return list(frame.collect())
+    finally:
+        if before is None:
+            session.conf.unset(key)
+        else:
+            session.conf.set(key, before)
 
 
 def _schema(ddl: str) -> Any:
@@ -625,14 +645,29 @@ def _positions(ctx: dict[str, Any], i: int, slots: np.ndarray, cache: dict[str, 
     return np.where(known[pos] == slots, pos, -1)
 
 
+_STATES: dict[str, tuple[frozenset[tuple[str, int]], np.ndarray]] = {}  # per worker process
+_STATE_BYTES = 256 << 20  # the budgets a Python worker keeps between queries
+
+
 def _state(ctx: dict[str, Any], i: int, cache: dict[str, Any]) -> np.ndarray:
-    """The remaining budgets of base range i: its base minus every unfolded debit."""
+    """The remaining budgets of base range i: its base minus every unfolded debit. A worker
+    process keeps the last states it computed (keyed by the immutable base file, with the
+    debits applied), so a later query applies only the debits committed since."""
     import pyarrow.parquet as pq
 
     p = ctx["base"][i]
-    rem = np.array(pq.read_table(p["rem"]).column(0).to_numpy(), dtype=np.int64)
+    want = {(b["file"], int(b["key"])): b for b in ctx["blocks"][i]}
+    hit = _STATES.pop(p["rem"], None)
+    if hit is not None and hit[0] <= want.keys():
+        done, rem = hit
+        rem.setflags(write=True)  # popped: this call owns it again
+    else:
+        done = frozenset()
+        rem = np.array(pq.read_table(p["rem"]).column(0).to_numpy(), dtype=np.int64)
     times: dict[int, np.ndarray] = {}  # uniform cost -> how often each slot paid it
-    for b in ctx["blocks"][i]:
+    for key, b in want.items():
+        if key in done:
+            continue
         cost = int(b["cost"])
         if p["dense"] and cost >= 0:  # a uniform cost over a dense range: counted in bytes
             f = b["file"]
@@ -649,6 +684,10 @@ def _state(ctx: dict[str, Any], i: int, cache: dict[str, Any]) -> np.ndarray:
         rem[_positions(ctx, i, slots, cache)] -= c
     for cost, acc in times.items():
         rem -= acc.astype(np.int64) * cost
+    rem.setflags(write=False)  # shared with the cache: callers only read it
+    _STATES[p["rem"]] = (frozenset(want), rem)
+    while sum(r.nbytes for _, r in _STATES.values()) > _STATE_BYTES and len(_STATES) > 1:
+        _STATES.pop(next(iter(_STATES)))
     return rem
 
 

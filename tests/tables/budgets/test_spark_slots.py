@@ -207,6 +207,40 @@ def test_a_kill_between_write_and_commit_leaves_the_budgets_uncharged(spark, tmp
     assert [q[0] for q in again.queries()] == [1, 2]
 
 
+def test_a_python_worker_killed_in_a_charge_charges_nothing(spark, tmp_path, monkeypatch):
+    """SIGKILL of the Python worker running a charge task: the job fails, nothing is
+    committed, and the next charge pays everybody once."""
+    from dprivacy.tables.budgets import spark_slots
+
+    rel, table = _people(spark, tmp_path, SparkSlotBudgets(tmp_path / "w"), [1.0] * 6)
+    table.pay(rel, 0.25)
+    marker = str(tmp_path / "killed-once")
+    real = spark_slots._charge_task
+
+    def killing(ctx):
+        run = real(ctx)
+
+        def body(batches):
+            import signal
+
+            if not os.path.exists(marker):
+                open(marker, "w").close()
+                os.kill(os.getpid(), signal.SIGKILL)
+            yield from run(batches)
+
+        return body
+
+    monkeypatch.setattr(spark_slots, "_charge_task", killing)
+    versions = table.log.numbers()
+    with pytest.raises(Exception, match="(?i)python|worker|crash|exit"):
+        table.pay(rel.where(_.k < 3), 0.5)
+    assert os.path.exists(marker) and table.log.numbers() == versions
+    assert list(table.remaining(range(6))) == pytest.approx([0.75] * 6)
+    assert table.pay(rel.where(_.k < 3), 0.5).count() == 3  # the marker exists: no more kills
+    assert list(table.remaining(range(6))) == pytest.approx([0.25] * 3 + [0.75] * 3)
+    assert [q[2] for q in table.queries()] == [6, 3]
+
+
 @pytest.mark.slow
 def test_sigkill_at_random_points_never_releases_an_uncharged_answer(spark, tmp_path):
     store, out, data = tmp_path / "k", tmp_path / "released.txt", tmp_path / "data"
