@@ -464,7 +464,7 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray | None, y:
 
     k_of = {int(z): k for k, z in enumerate(reps.tolist())}
     start = _start_columns(n, x, y, b, eps, reps)
-    for z, v in start[0::3] + start[1::3] + start[2::3]:  # the uniform columns first: never purged
+    for z, v in start[0::3] + start[1::3] + start[2::3]:  # (kept for good: see the purge below)
         add(k_of[z], v)
     best_lb, u_best = -np.inf, None if start_duals is None else np.asarray(start_duals, float)
     a, rounds, status, t_master, t_price = alpha, 0, "Optimal", 0.0, 0.0
@@ -573,7 +573,9 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray | None, y:
             cd = np.asarray(sol.col_dual)[ns:ns + len(age) - added]
             basic = vals[ns:ns + len(age) - added] > 0
             for i in range(len(age) - added):
-                age[i] = 0 if basic[i] or cd[i] <= tau or i < m else age[i] + 1
+                # (the start columns are never dropped: the exponential mechanism among them keeps
+                # the master without slack a reasonable channel whatever the duals)
+                age[i] = 0 if basic[i] or cd[i] <= tau or i < 3 * m else age[i] + 1
             drop = [i for i in range(len(age)) if age[i] >= purge_age]
             if len(drop) >= m:
                 master.deleteCols(len(drop), (ns + np.asarray(drop)).astype(np.int32))
