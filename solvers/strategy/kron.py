@@ -427,21 +427,7 @@ def _objective(zx: np.ndarray, zy: np.ndarray, ax: _Axis, ay: _Axis, E: np.ndarr
     """2 log c + log t_x + log t_y (smoothed c, module doc) and its gradients."""
     px = ax.parts(zx, t, delta[0])
     py = ay.parts(zy, t, delta[1])
-    Lx, Ly, nx, ny = px["L"], py["L"], px["n"], py["n"]  # noqa: N806
-    # (lag x, lag y); (0, 0) is masked by E = inf; min(path, 2 nx ny) smoothed as -lse(-a, -b)
-    a = (Lx[:, None] * ny + nx * Ly[None, :]) / E
-    b = 2.0 * nx * ny / E
-    m = np.minimum(a, b)
-    ea, eb = np.exp(-t * (a - m)), np.exp(-t * (b - m))
-    T = m - np.log(ea + eb) / t
-    wa = ea / (ea + eb)
-    c, w = _lse(T.ravel(), t)
-    w = w.reshape(T.shape) / E
-    w_a, w_b = w * wa, w * (1.0 - wa)
-    gLx = (w_a * ny).sum(axis=1)[1:]  # noqa: N806
-    gLy = (w_a * nx).sum(axis=0)[1:]  # noqa: N806
-    gnx = float((w_a * Ly[None, :]).sum()) + 2.0 * ny * float(w_b.sum())
-    gny = float((w_a * Lx[:, None]).sum()) + 2.0 * nx * float(w_b.sum())
+    c, gLx, gLy, gnx, gny, _ = _smoothed_ratio(px, py, 0.0, E, t)  # noqa: N806
     f = 2.0 * np.log(c) + np.log(px["tr"]) + np.log(py["tr"])
     gx = 2.0 / c * ax.grad(zx, px, gLx, gnx) - 2.0 * zx @ px["Y"] / px["tr"]
     gy = 2.0 / c * ay.grad(zy, py, gLy, gny) - 2.0 * zy @ py["Y"] / py["tr"]
@@ -498,21 +484,27 @@ def _union_objective(zx: np.ndarray, zy: np.ndarray, gamma: float, ax: _Axis, ay
     return float(f), gx, gy, float(gg)
 
 
-def _polish_union(Hx: np.ndarray, Hy: np.ndarray, cells: float, ax: _Axis, ay: _Axis,  # noqa: N803
-                  E: np.ndarray, grid: KronGrid, Gx: np.ndarray, Gy: np.ndarray,  # noqa: N803
-                  deadline: float, maxiter: int
-                  ) -> tuple[float, np.ndarray, np.ndarray, float, list[dict[str, Any]]]:
-    """L-BFGS on :func:`_union_objective` from ``[cells I ; Hx (x) Hy]``, rounds of rising
-    temperature until ``deadline``; each round's result scaled by the exact bound and scored
-    exactly.  Returns the best (error, Bx, By, cells, history)."""
+def _polish(Hx: np.ndarray, Hy: np.ndarray, cells: float | None, ax: _Axis, ay: _Axis,  # noqa: N803
+            E: np.ndarray, grid: KronGrid, Gx: np.ndarray, Gy: np.ndarray,  # noqa: N803
+            deadline: float, maxiter: int, *, sharpen: float = 1.0, patience: int = 1
+            ) -> tuple[float, np.ndarray, np.ndarray, float, list[dict[str, Any]]]:
+    """L-BFGS from ``Hx (x) Hy`` in rounds of rising temperature until ``deadline``.
+
+    With ``cells=None`` the strategy is the pure product and the objective is
+    :func:`_objective`; with a weight it is ``[cells I ; Bx (x) By]`` and the objective is
+    :func:`_union_objective` (the weight optimised too, as its logarithm).  Each round's result
+    is scaled by the exact bound and scored exactly (:func:`kron_error`); the next round starts
+    from the best so far, and ``patience`` rounds without a gain end the search.  ``sharpen``
+    multiplies every temperature.  Returns the best (error, Bx, By, cells, history); cells is
+    0.0 for the pure product."""
     from scipy.optimize import minimize
 
-    best = (kron_error(Hx, Hy, Gx, Gy, cells), Hx, Hy, cells)
+    union = cells is not None
+    c0 = float(cells) if cells is not None else 0.0
+    best = (kron_error(Hx, Hy, Gx, Gy, c0), Hx, Hy, c0)
     hist: list[dict[str, Any]] = [{"round": 0, "error": best[0]}]
-    Bx, By, c = Hx, Hy, cells  # noqa: N806
-    # the smoothed maximum runs over every (lag x, lag y): sharper on larger grids, so that its
-    # excess over the maximum (at most log(terms) / t) stays that of a 64 x 64 grid
-    sharpen = max(1.0, np.log(E.size) / np.log(4096.0))
+    Bx, By, c = Hx, Hy, c0  # noqa: N806
+    t0 = time.perf_counter()
     failed = 0
     for r, (t, sm) in enumerate(zip(TEMPERATURES, SMOOTHING, strict=True)):
         t = t * sharpen
@@ -520,41 +512,48 @@ def _polish_union(Hx: np.ndarray, Hy: np.ndarray, cells: float, ax: _Axis, ay: _
             break
         shp = (Bx.shape, By.shape)
         cut = Bx.size
+        end = -1 if union else None
         delta = (sm * float(np.abs(Bx).mean()), sm * float(np.abs(By).mean()))
 
         def fun(z: np.ndarray, t: float = t, delta: tuple[float, float] = delta,
-                shp: tuple[tuple[int, ...], ...] = shp, cut: int = cut
+                shp: tuple[tuple[int, ...], ...] = shp, cut: int = cut, end: int | None = end
                 ) -> tuple[float, np.ndarray]:
+            zx, zy = z[:cut].reshape(shp[0]), z[cut:end].reshape(shp[1])
             try:
-                f, gx, gy, gg = _union_objective(z[:cut].reshape(shp[0]),
-                                                 z[cut:-1].reshape(shp[1]), float(z[-1]),
-                                                 ax, ay, E, t, delta)
+                if union:
+                    f, gx, gy, gg = _union_objective(zx, zy, float(z[-1]), ax, ay, E, t, delta)
+                    extra = [gg]
+                else:
+                    f, gx, gy = _objective(zx, zy, ax, ay, E, t, delta)
+                    extra = []
             except (np.linalg.LinAlgError, ValueError, FloatingPointError):
                 return 1e30, np.zeros_like(z)
             if not np.isfinite(f):
                 return 1e30, np.zeros_like(z)
-            return f, np.concatenate([gx.ravel(), gy.ravel(), [gg]])
+            return f, np.concatenate([gx.ravel(), gy.ravel(), extra])
 
         def stop(intermediate_result: object) -> None:
             if time.perf_counter() > deadline:
                 raise StopIteration
 
+        z0 = [Bx.ravel(), By.ravel()] + ([[np.log(max(c, 1e-300))]] if union else [])
         with np.errstate(over="ignore", under="ignore"):
-            res = minimize(fun, np.concatenate([Bx.ravel(), By.ravel(), [np.log(max(c, 1e-300))]]),
-                           jac=True, method="L-BFGS-B", callback=stop,
+            res = minimize(fun, np.concatenate(z0), jac=True, method="L-BFGS-B", callback=stop,
                            options={"maxiter": maxiter, "maxcor": 20})
         try:
             Cx, Cy, cc, _ = _scaled(res.x[:cut].reshape(shp[0]),  # noqa: N806
-                                    res.x[cut:-1].reshape(shp[1]), grid, float(np.exp(res.x[-1])))
+                                    res.x[cut:end].reshape(shp[1]), grid,
+                                    float(np.exp(res.x[-1])) if union else 0.0)
             e2 = kron_error(Cx, Cy, Gx, Gy, cc)
         except SolverError:
             break
-        hist.append({"round": r + 1, "error": e2, "iters": int(res.nit)})
+        hist.append({"round": r + 1, "error": e2, "iters": int(res.nit),
+                     "seconds": round(time.perf_counter() - t0, 2)})
         if e2 < best[0] * (1 - 1e-4):
             best, failed = (e2, Cx, Cy, cc), 0
         else:  # no gain at this temperature: the next (sharper) one starts from the best
             failed += 1
-            if failed >= 2:
+            if failed >= patience:
                 break
         _, Bx, By, c = best  # noqa: N806
     return best[0], best[1], best[2], best[3], hist
@@ -705,14 +704,12 @@ def _design_kron(Gx: np.ndarray, Gy: np.ndarray, grid: KronGrid, *,  # noqa: N80
       weight per level and one for the cells, by Nelder-Mead on the exact scaled error
       (:func:`_cells_and_levels`, ``levels_share`` of the time), then every entry of both
       factors and the cells weight by L-BFGS on the smoothed bound and the error in the
-      factors' eigenbases (:func:`_polish_union`, ``polish_share`` of the time left);
+      factors' eigenbases (:func:`_polish`, ``polish_share`` of the time left);
     * ``identity`` (each cell once, the pure product ``I (x) I``) polished: L-BFGS on
       ``2 log c + log t_x + log t_y`` with c the smoothed bound of :func:`kron_ratio` over lags,
       rounds of rising temperature, until the time limit.
 
     The result is scaled by the exact bound and evaluated exactly (:func:`kron_error`)."""
-    from scipy.optimize import minimize
-
     t0 = time.perf_counter()
     deadline = t0 + float(time_limit)
     nx, ny = grid.shape
@@ -746,8 +743,11 @@ def _design_kron(Gx: np.ndarray, Gy: np.ndarray, grid: KronGrid, *,  # noqa: N80
         best = (e_l, "levels", Hx, Hy, c_l)
         t2 = time.perf_counter()
         polish_end = t2 + polish_share * max(0.0, deadline - t2) if len(starts) > 1 else deadline
-        e_p, Px, Py, c_p, hist_p = _polish_union(Hx, Hy, c_l, ax, ay, E, grid, Gx, Gy,  # noqa: N806
-                                                 polish_end, maxiter)
+        # the smoothed maximum runs over every (lag x, lag y): sharper on larger grids, so that
+        # its excess over the maximum (at most log(terms) / t) stays that of a 64 x 64 grid
+        sharpen = max(1.0, np.log(E.size) / np.log(4096.0))
+        e_p, Px, Py, c_p, hist_p = _polish(Hx, Hy, c_l, ax, ay, E, grid, Gx, Gy,  # noqa: N806
+                                           polish_end, maxiter, sharpen=sharpen, patience=2)
         history["levels+polish"] = hist_p
         if e_p < best[0]:
             best = (e_p, "levels+polish", Px, Py, c_p)
@@ -761,49 +761,13 @@ def _design_kron(Gx: np.ndarray, Gy: np.ndarray, grid: KronGrid, *,  # noqa: N80
         Bx, By, _, _ = _scaled(Bx, By, grid)  # noqa: N806
         err = kron_error(Bx, By, Gx, Gy)
         scores[name] = err
-        hist = [{"round": 0, "error": err}]
         if best is None or err < best[0]:
             best = (err, name, Bx, By, 0.0)
         stop_at = time.perf_counter() + share if k < len(cands) - 1 else deadline
-        for r, (t, sm) in enumerate(zip(TEMPERATURES, SMOOTHING, strict=True)):
-            if time.perf_counter() > stop_at:
-                break
-            shp = (Bx.shape, By.shape)
-            cut = Bx.size
-            delta = (sm * float(np.abs(Bx).mean()), sm * float(np.abs(By).mean()))
-
-            def fun(z: np.ndarray, t: float = t, delta: tuple[float, float] = delta,
-                    shp: tuple[tuple[int, ...], ...] = shp, cut: int = cut
-                    ) -> tuple[float, np.ndarray]:
-                try:
-                    f, gx, gy = _objective(z[:cut].reshape(shp[0]), z[cut:].reshape(shp[1]),
-                                           ax, ay, E, t, delta)
-                except (np.linalg.LinAlgError, ValueError):
-                    return 1e30, np.zeros_like(z)
-                if not np.isfinite(f):
-                    return 1e30, np.zeros_like(z)
-                return f, np.concatenate([gx.ravel(), gy.ravel()])
-
-            def stop(intermediate_result: object, stop_at: float = stop_at) -> None:
-                if time.perf_counter() > stop_at:
-                    raise StopIteration
-
-            res = minimize(fun, np.concatenate([Bx.ravel(), By.ravel()]), jac=True,
-                           method="L-BFGS-B", callback=stop,
-                           options={"maxiter": maxiter, "maxcor": 20})
-            try:
-                Cx, Cy, _, _ = _scaled(res.x[:cut].reshape(shp[0]), res.x[cut:].reshape(shp[1]),
-                                       grid)
-                e2 = kron_error(Cx, Cy, Gx, Gy)
-            except SolverError:
-                break
-            hist.append({"round": r + 1, "error": e2, "iters": int(res.nit),
-                         "seconds": round(time.perf_counter() - t0, 2)})
-            if e2 < best[0]:
-                best = (e2, f"{name}+polish", Cx, Cy, 0.0)
-            if e2 > hist[-2]["error"] * (1 - 1e-4):
-                break
-            Bx, By = Cx, Cy  # noqa: N806
+        e2, Cx, Cy, _, hist = _polish(Bx, By, None, ax, ay, E, grid, Gx, Gy,  # noqa: N806
+                                      stop_at, maxiter)
+        if e2 < best[0]:
+            best = (e2, f"{name}+polish", Cx, Cy, 0.0)
         history[name] = hist
     assert best is not None
     err, name, Bx, By, cells = best  # noqa: N806
