@@ -22,12 +22,13 @@ from __future__ import annotations
 import logging
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from dprivacy.service.config import ServiceConfig
 
-__all__ = ["measure", "calibrated"]
+__all__ = ["measure", "measure_tables", "calibrated"]
 
 log = logging.getLogger("dprivacy.service")
 
@@ -41,30 +42,43 @@ def _timed(f: Any, repeat: int) -> float:
     return statistics.median(out)
 
 
-def measure(rows: int = 100_000, repeat: int = 5) -> tuple[float, float]:
-    """(seconds per query and step, seconds per row of work), as measured now on synthetic
-    records (see the module doc)."""
+def measure_tables(table: Callable[[int, str], Any], rows: int, repeat: int
+                   ) -> tuple[float, float]:
+    """(seconds per query and step, seconds per row of work) of ProPer counts on the tables
+    ``table(n, name)`` makes (``n`` synthetic records with columns ``pid`` and ``v``, on the
+    engine being measured): a tiny table gives the fixed costs, a product of ``rows / 14``
+    records with a 14-row public table the cost per row, each the median of ``repeat`` runs."""
     import ibis
     import pandas as pd
+
+    pub = pd.DataFrame({"j": range(14)})
+    n = max(rows // 14, 1)
+    tiny, big = table(100, "tiny"), table(n, "big")
+    one = _timed(lambda: tiny.where(ibis._.v >= 0).noisy_count(1e-9), repeat)
+    fan = _timed(lambda: big.where(ibis._.v >= 0).product(pub).noisy_count(1e-9), repeat)
+    work = n + n + 14 * n + 14 * n + 14 * n  # as workbound counts this plan
+    base = one / 2  # a query with one step
+    per_row = max(fan - 3 * base, 0.0) / work
+    return base, per_row
+
+
+def measure(rows: int = 100_000, repeat: int = 5) -> tuple[float, float]:
+    """(seconds per query and step, seconds per row of work), as measured now on synthetic
+    records in DuckDB (see the module doc)."""
+    import ibis
 
     from dprivacy.tables import ProPerTable
 
     con = ibis.duckdb.connect(threads=1)  # one engine thread, as in an analyst's worker
-    pub = pd.DataFrame({"j": range(14)})
 
-    def table(n: int) -> Any:
-        t = con.create_table(f"calib_{n}", ibis.memtable({"pid": range(n), "v": range(n)}))
+    def table(n: int, name: str) -> Any:
+        t = con.create_table(f"calib_{name}", ibis.memtable({"pid": range(n), "v": range(n)}))
         return ProPerTable(t, 1e12, id_column="pid", backend="duckdb")
 
-    tiny, big = table(100), table(rows // 14)
-    one = _timed(lambda: tiny.where(ibis._.v >= 0).noisy_count(1e-9), repeat)
-    fan = _timed(lambda: big.where(ibis._.v >= 0).product(pub).noisy_count(1e-9), repeat)
-    n = rows // 14
-    work = n + n + 14 * n + 14 * n + 14 * n  # as workbound counts this plan
-    base = one / 2  # a query with one step
-    per_row = max(fan - 3 * base, 0.0) / work
-    con.disconnect()
-    return base, per_row
+    try:
+        return measure_tables(table, rows, repeat)
+    finally:
+        con.disconnect()
 
 
 def calibrated(cfg: ServiceConfig) -> ServiceConfig:

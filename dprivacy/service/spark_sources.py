@@ -27,9 +27,7 @@ collected later), one committed stands.
 from __future__ import annotations
 
 import logging
-import statistics
 import tempfile
-import time
 from typing import Any
 
 from dprivacy.errors import ConfigError, DPrivacyError
@@ -182,38 +180,19 @@ def warm_up_spark(session: Any) -> None:
         q.noisy_sum(1e-9, "v", 0, 1)
 
 
-def _timed(f: Any, repeat: int) -> float:
-    out = []
-    for _i in range(repeat):
-        t0 = time.perf_counter()
-        f()
-        out.append(time.perf_counter() - t0)
-    return statistics.median(out)
-
-
 def measure_spark(session: Any, rows: int = 1_000_000, repeat: int = 3) -> tuple[float, float]:
     """(seconds per query and step, seconds per row of work) of ProPer counts on Spark, as
     measured now on synthetic records (never the owner's data) with the budgets in a
     temporary SparkBudgetTable: as :func:`dprivacy.service.calibrate.measure` does for
     DuckDB."""
-    import ibis
-    import pandas as pd
-
+    from dprivacy.service.calibrate import measure_tables
     from dprivacy.tables import ProPerTable
     from dprivacy.tables.budgets.spark_budgets import SparkBudgetTable
 
-    pub = pd.DataFrame({"j": range(14)})
-    n = max(rows // 14, 1)
     with tempfile.TemporaryDirectory(prefix="dprivacy-calibrate-") as tmp:
         def table(k: int, name: str) -> Any:
             df = session.range(k).selectExpr("id AS pid", "id AS v")
             store = SparkBudgetTable(f"{tmp}/{name}", session=session)
             return ProPerTable(df, 1e12, ledger=store, id_column="pid", backend="spark")
 
-        tiny, big = table(100, "tiny"), table(n, "big")
-        one = _timed(lambda: tiny.where(ibis._.v >= 0).noisy_count(1e-9), repeat)
-        fan = _timed(lambda: big.where(ibis._.v >= 0).product(pub).noisy_count(1e-9), repeat)
-    work = n + n + 14 * n + 14 * n + 14 * n  # as workbound counts this plan
-    base = one / 2  # a query with one step
-    per_row = max(fan - 3 * base, 0.0) / work
-    return base, per_row
+        return measure_tables(table, rows, repeat)
