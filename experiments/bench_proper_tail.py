@@ -8,6 +8,10 @@ query). With ``background`` compaction (the default) a background thread writes 
 threshold pays for it. Each query is timed against DuckDB's exact count of the same filter (the
 median of three scans right after it).
 
+The ``snapshots`` column counts the queries after which the store's file shrank (a compaction
+landed). ``--runs K`` repeats the whole measurement K times (fresh stores each time) and adds
+the minimum, median and maximum of each run's figures.
+
 Run: ``python -m experiments.bench_proper_tail`` (10⁷ people) or ``--rows 1000000``. Writes
 ``experiments/results/bench_proper_tail.csv`` and ``.md`` (and a plot with the ``plot`` extra).
 """
@@ -71,12 +75,29 @@ def run(df: pd.DataFrame, background: bool, queries: int, folder: Path) -> pd.Da
 
 
 def summary(res: pd.DataFrame) -> pd.DataFrame:
-    g = res.groupby("compaction", sort=False)
+    keys = ["run", "compaction"] if "run" in res.columns else ["compaction"]
+    g = res.groupby(keys, sort=False)
+    shrank = res.groupby(keys, sort=False)["store_bytes_per_person"].apply(
+        lambda b: int((b.diff() < 0).sum()))
     return pd.DataFrame({
         "median_s": g["time_s"].median(), "max_s": g["time_s"].max(),
         "max_over_median": g["time_s"].max() / g["time_s"].median(),
         "median_ratio_to_exact": g["ratio"].median(), "max_ratio_to_exact": g["ratio"].max(),
-        "store_bytes_per_person_after": g["store_bytes_per_person"].last()}).reset_index()
+        "store_bytes_per_person_after": g["store_bytes_per_person"].last(),
+        "snapshots": shrank}).reset_index()
+
+
+def across_runs(table: pd.DataFrame) -> pd.DataFrame:
+    """Minimum, median and maximum over the runs of each figure, per compaction mode."""
+    rows = []
+    for mode, part in table.groupby("compaction", sort=False):
+        for stat in ("min", "median", "max"):
+            row = {"compaction": mode, "over runs": stat}
+            for col in ("median_s", "max_s", "max_over_median", "median_ratio_to_exact",
+                        "max_ratio_to_exact"):
+                row[col] = float(getattr(part[col], stat)())
+            rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def _markdown(table: pd.DataFrame) -> str:
@@ -91,17 +112,29 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--queries", type=int, default=100)
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--stem", default="bench_proper_tail")
+    ap.add_argument("--runs", type=int, default=1, help="repeat the whole measurement")
     args = ap.parse_args(argv)
     df = make_frame(args.rows)
-    with tempfile.TemporaryDirectory(prefix="dprivacy_tail_") as tmp:
-        res = pd.concat([run(df, bg, args.queries, Path(tmp)) for bg in (False, True)])
+    load0 = os.getloadavg()[0]
+    parts = []
+    for k in range(1, args.runs + 1):
+        with tempfile.TemporaryDirectory(prefix="dprivacy_tail_") as tmp:
+            for bg in (False, True):
+                part = run(df, bg, args.queries, Path(tmp))
+                part.insert(0, "run", k)
+                parts.append(part)
+    res = pd.concat(parts)
     args.out.mkdir(parents=True, exist_ok=True)
     res.to_csv(args.out / f"{args.stem}.csv", index=False)
     table = summary(res)
+    if args.runs == 1:
+        table = table.drop(columns="run")
     load = os.getloadavg()[0]
     md = (f"# ProPer durable count, {args.queries} queries in a row, {args.rows:,} people\n\n"
-          f"Load average at the end: {load:.1f} (2 cores).\n\n"
+          f"Load average at the start {load0:.1f}, at the end {load:.1f} (2 cores).\n\n"
           + _markdown(table) + "\n")
+    if args.runs > 1:
+        md += (f"\nOver the {args.runs} runs:\n\n" + _markdown(across_runs(table)) + "\n")
     (args.out / f"{args.stem}.md").write_text(md, encoding="utf-8")
     print(md)
     try:
@@ -111,6 +144,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     except ImportError:
         return table
     fig, ax = plt.subplots(figsize=(7, 3.5))
+    res = res[res["run"] == res["run"].max()]  # the last run
     for name, part in res.groupby("compaction", sort=False):
         ax.plot(part["query"], part["time_s"], marker=".", lw=1, label=f"compaction {name}")
     ax.plot(res["query"].unique(), res.groupby("query")["exact_s"].median(), color="grey",

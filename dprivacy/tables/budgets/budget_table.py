@@ -43,6 +43,8 @@ Examples:
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import ibis.expr.operations as ops
@@ -168,22 +170,25 @@ class BudgetTable:
                   label: str | None) -> IbisRelation | None:
         """The where-chain ``rel`` charged from one byte per source row (see
         :mod:`~dprivacy.tables.budgets.row_alignment`); None (nothing charged) if the source
-        changed since it was registered."""
+        changed since it was registered. The engine's chunks are charged as they stream out
+        (the engine computes the next ones meanwhile), and the source's ids are checked in a
+        second thread at the same time; the charge is committed only if they are unchanged."""
         if not al.engine_keeps_order():
             return None
-        if not al.source_unchanged():
-            self._rows.pop(al.op, None)
-            return None
-        masks = [_mask_chunk(ch) for ch in rel.engine.column_chunks(plan)]
+        unchanged = _started(al.source_unchanged)
+        masks = (_mask_chunk(ch) for ch in rel.engine.column_stream(plan))
         try:
             with self.store.locked() as s:
                 bits, payers, bottom = s.charge_stream(masks, units, label, rows=al.n,
-                                                       row_slots=al.slots)
+                                                       row_slots=al.slots, check=unchanged)
                 self.last_query_id = s.next_query - 1
                 ids = s.ids
         except RowsChanged:  # the source changed under the query: nothing was charged
             self._rows.pop(al.op, None)
             return None
+        finally:
+            masks.close()  # the engine's statement ends here even if the charge failed
+            unchanged()  # and so has the check's thread
         return self._kept(rel, ids, bits, payers, bottom)
 
     @staticmethod
@@ -263,6 +268,24 @@ class BudgetTable:
 
     def __repr__(self) -> str:
         return f"BudgetTable({self.path!r})"
+
+
+def _started(check: Callable[[], bool]) -> Callable[[], bool]:
+    """Run ``check`` in a thread now; the returned function waits for its answer (False if it
+    raised)."""
+    out: list[bool] = []
+
+    def run() -> None:
+        out.append(bool(check()))
+
+    t = threading.Thread(target=run, name="dprivacy-source-check", daemon=True)
+    t.start()
+
+    def result() -> bool:
+        t.join()
+        return bool(out and out[0])
+
+    return result
 
 
 def _ints(at: pa.Table, name: str) -> np.ndarray:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["charge"]
+__all__ = ["charge", "charge_rows", "same_ids", "add_lanes", "debit_counts"]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -37,21 +37,58 @@ def charge_rows(mask: np.ndarray, first: int, row_slots: np.ndarray, identity: b
                 amount: int) -> int:  # pragma: no cover - compiled
     """Rows ``first + i`` with ``mask[i] != 0`` are selected; a selected row's slot is the row
     number (``identity``) or ``row_slots[row]``; each selected slot is charged as by
-    :func:`charge`. Returns the number of selected rows."""
+    :func:`charge`. Every row costs the same work, selected or not, paying or not (no branch
+    on either). Returns the number of selected rows, or -1 (nothing charged) if a row's slot
+    lies past the end of ``remaining``.
+
+    In row order (``identity``) the loop runs over slices of ``remaining`` and ``paid`` that
+    the compiler can vectorise (about three times faster than indexing ``first + i``)."""
     n = remaining.size
+    m_n = mask.size
     selected = 0
-    for i in range(mask.size):
-        if mask[i] == 0:
-            continue
-        selected += 1
-        s = first + i if identity else row_slots[first + i]
+    if identity:
+        if first < 0 or first + m_n > n:
+            return -1
+        rem = remaining[first: first + m_n]
+        pay = paid[first: first + m_n]
+        for i in range(m_n):
+            m = mask[i] != 0
+            selected += int(m)
+            r = rem[i]
+            p = m & (r >= amount) & (not pay[i])
+            rem[i] = r - amount * p
+            pay[i] = pay[i] | p
+        return selected
+    for i in range(m_n):
+        s = row_slots[first + i]
         if s < 0 or s >= n:
-            continue
+            return -1
+    for i in range(m_n):
+        m = mask[i] != 0
+        selected += int(m)
+        s = row_slots[first + i]
         r = remaining[s]
-        p = (r >= amount) & (not paid[s])
+        p = m & (r >= amount) & (not paid[s])
         remaining[s] = r - amount * p
         paid[s] = paid[s] | p
     return selected
+
+
+@numba.njit(cache=True, nogil=True)
+def add_lanes(acc: np.ndarray, bits: np.ndarray,
+              lanes: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``acc[j] += lanes[bits[j]]``: eight per-slot counters (one per byte of the uint64) add
+    the eight bits of a bitmap byte at once."""
+    for j in range(bits.size):
+        acc[j] += lanes[bits[j]]
+
+
+@numba.njit(cache=True, nogil=True)
+def debit_counts(remaining: np.ndarray, counts: np.ndarray,
+                 amount: int) -> None:  # pragma: no cover - compiled
+    """``remaining[s] -= amount * counts[s]`` for every slot."""
+    for s in range(remaining.size):
+        remaining[s] -= amount * np.int64(counts[s])
 
 
 @numba.njit(cache=True, nogil=True)

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from dprivacy.tables.budgets.slot_kernels import BitFolder
+
 __all__: list[str] = []
 
 _MAGIC, _REC = b"DPBUDGT1", b"DPQ1"
@@ -120,9 +122,10 @@ def _debit_bits(remaining: np.ndarray, bits: np.ndarray, amount: int) -> int:
     return int(np.bitwise_count(bits).sum())
 
 
-def _apply_record(remaining: np.ndarray, meta: dict, payload: bytes, pos: int
-                  ) -> tuple[int, int]:
-    """Debit one record's charges from ``remaining``; returns (payers, total charged)."""
+def _apply_record(remaining: np.ndarray, meta: dict, payload: bytes, pos: int,
+                  folder: BitFolder | None = None) -> tuple[int, int]:
+    """Debit one record's charges from ``remaining`` (its bitmaps through ``folder`` if
+    given: then they are debited when it is flushed); returns (payers, total charged)."""
     n = int(meta["n"])
     if n > remaining.size:
         raise ValueError("a budget record names more slots than the store holds")
@@ -132,7 +135,8 @@ def _apply_record(remaining: np.ndarray, meta: dict, payload: bytes, pos: int
         pos += size
         data = np.frombuffer(blob if kind == "raw" else _unpack(blob, raw), np.uint8)
         if kind in ("bits", "raw"):
-            k = _debit_bits(remaining[:n], data, int(v))
+            k = (_debit_bits(remaining[:n], data, int(v)) if folder is None
+                 else folder.add(data, int(v)))
             payers += k
             total += k * int(v)
         else:

@@ -11,16 +11,19 @@ Opening the file loads the last snapshot and replays the records after it; once 
 outweigh a few bytes per person they are folded into a new snapshot (*compaction*: written to a
 temporary file, synced, renamed over the store).
 
-**Compaction off the query path.** By default the snapshot is written by a background thread
-(at a low CPU priority): the query that crosses the threshold only starts it and answers
-at once. The thread rebuilds the budgets from the file itself (its snapshot and records up to
-that query: nothing in memory is copied or locked), compresses them into
-``<path>.tmp<pid>.bg`` and syncs it in slices (so that a query's own commit never waits behind
-the whole snapshot), then, holding the lock, appends the records committed meanwhile and renames
-the file over the store. Should the thread fall far behind (records beyond three times the
-threshold: a starved CPU), the query compacts on its own path, so the file stays bounded. If
-the store was replaced in between (another process compacted or
-registered people) the copy is dropped. ``background=False`` compacts on the query's path.
+**Compaction off the query path.** By default the snapshot is written in the background: the
+query that crosses the threshold only starts a thread and answers at once. A helper thread at
+the lowest CPU priority rebuilds the budgets from the file itself (its snapshot and the records
+up to that query, their bitmaps folded together in one pass over the budgets: nothing in memory
+is copied or locked), compresses them into ``<path>.tmp<pid>.bg`` and syncs it in slices (so
+that a query's own commit never waits behind the whole snapshot), then appends in bulk the
+records committed meanwhile. The thread that started it, at the queries' priority, then takes
+the lock for the short last step: the few records committed since, and the rename over the
+store (so a query waiting for the lock never waits for a starved thread). Should the
+compaction fall far behind (records beyond three times the threshold: a starved CPU), the
+query compacts on its own path, so the file stays bounded. If the store was replaced in
+between (another process compacted or registered people) the copy is dropped.
+``background=False`` compacts on the query's path.
 
 **Crash safety.** A record is appended with one ``write`` and ``fsync`` (the commit) before
 :meth:`SlotStore.charge` returns, so before any answer is computed; every record carries its
@@ -48,7 +51,7 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -73,7 +76,7 @@ from dprivacy.tables.budgets.slot_records import (
 __all__ = ["SlotStore", "LedgerLockTimeout", "RowsChanged"]
 
 _SYNC_SLICE = 4 << 20  # a background snapshot is written and synced 4 MiB at a time
-_NICE = 10  # the background compaction's CPU priority (Linux threads): below the queries'
+_NICE = 19  # the background compaction's CPU priority (Linux threads): the lowest
 _BACKSTOP = 3  # records beyond this many times the threshold: compact on the query's path
 _TAIL_UNDER_LOCK = 1 << 20  # records committed during a compaction beyond this are copied
 _CATCH_UP_ROUNDS = 4  # ... before it takes the lock (in at most this many rounds)
@@ -129,7 +132,7 @@ class SlotStore:
         self._ino: int | None = None
         self._off = 0
         self._log_bytes = 0
-        self._blobs: tuple[bytes, int, bytes, int] | None = None
+        self._packed: tuple[bytes, int, bytes, int] | None = None  # ids, initial compressed
 
     # ------------------------------------------------------------------ locking
     def locked(self) -> _Locked:
@@ -198,6 +201,7 @@ class SlotStore:
         self.remaining = np.concatenate([self.remaining, units.astype(np.int64)])
         self.next_id = max(self.next_id, int(ids.max()) + 1)
         self._index = None
+        self._packed = None
         self._write_snapshot()
 
     def reserve(self, n: int) -> int:
@@ -256,7 +260,8 @@ class SlotStore:
         return qid
 
     def charge_stream(self, chunks: Iterable[np.ndarray], amount: int, label: str | None, *,
-                      rows: int | None = None, row_slots: np.ndarray | None = None
+                      rows: int | None = None, row_slots: np.ndarray | None = None,
+                      check: Callable[[], bool] | None = None
                       ) -> tuple[np.ndarray, int, int]:
         """Charge ``amount`` to each person listed in ``chunks`` (person ids as they stream
         out of the engine; each person pays at most once, a negative id is a ⊥ record and an
@@ -265,30 +270,44 @@ class SlotStore:
         of ⊥ records). Call inside :meth:`locked`.
 
         Each chunk is debited as it arrives (:func:`~dprivacy.tables.budgets.slot_kernels.
-        charge_chunk`: the same work whoever pays); the record (the payers' bitmap, the same
-        size whoever pays) is appended and synced once the stream ends, before this returns.
-        If the stream or the commit fails, the debits are undone before the error propagates:
-        the charge never happened.
+        charge_chunk`: the same work whoever pays), so the engine can produce the next chunk
+        meanwhile; the record (the payers' bitmap, the same size whoever pays) is appended and
+        synced once the stream ends, before this returns. If the stream or the commit fails,
+        the debits are undone before the error propagates: the charge never happened.
 
         ``rows``: the chunks are instead a source's ``rows`` rows in order, one uint8 per row
         (non-zero: selected), row r being slot r (``row_slots`` None) or ``row_slots[r]``
-        (:mod:`~dprivacy.tables.budgets.row_alignment`); a stream of another length raises
-        :class:`RowsChanged` (nothing charged)."""
+        (:mod:`~dprivacy.tables.budgets.row_alignment`), charged by
+        :func:`~dprivacy.tables.budgets.slot_kernels.charge_rows`. A stream of another length,
+        or ``check()`` (asked once the stream has ended, before the commit) returning False,
+        raises :class:`RowsChanged` (nothing charged)."""
         amount = int(amount)
-        index = self.index()
         rem = self.remaining
-        paid = self._paid_mask()
-        bottom = 0
         qid = self.next_query
-        try:
-            if rows is not None:
+        if rows is not None:
+            paid = self._paid_mask()
+            try:
                 first = 0
                 for m in chunks:
-                    slot_kernels.charge_rows(m, first, row_slots, rem, paid, amount)
+                    if slot_kernels.charge_rows(m, first, row_slots, rem, paid, amount) < 0:
+                        raise RowsChanged(f"the source has more than {rows} rows")
                     first += int(m.size)
                 if first != rows:
                     raise RowsChanged(f"the source has {first} rows, not {rows}")
-                chunks = ()
+                if check is not None and not check():
+                    raise RowsChanged("the source's ids changed since it was registered")
+                bits = np.packbits(paid)
+                written = self._commit_bits(qid, label, bits, amount)
+            except BaseException:
+                slot_kernels.credit(rem, paid, amount)  # the charge never happened
+                raise
+            payers = int(np.bitwise_count(bits).sum())
+            self._committed(qid, label, payers, amount * payers, written)
+            return bits, payers, 0
+        index = self.index()
+        paid = self._paid_mask()
+        bottom = 0
+        try:
             for a in chunks:
                 if index.identity:
                     bottom += slot_kernels.charge_chunk(a, rem, paid, amount)
@@ -300,16 +319,21 @@ class SlotStore:
                 slots[slots < 0] = rem.size  # unregistered: out of range, pays nothing
                 slot_kernels.charge_chunk(slots, rem, paid, amount)
             bits = np.packbits(paid)
-            written = 0
-            if self.path is not None:
-                rec = _encode_bits(qid, label, self.size, bits.tobytes(), amount)
-                written = _append(self.path, self._off, rec)
+            written = self._commit_bits(qid, label, bits, amount)
         except BaseException:
             slot_kernels.credit(rem, paid, amount)  # the charge never happened
             raise
         payers = int(np.count_nonzero(paid))
         self._committed(qid, label, payers, amount * payers, written)
         return bits, payers, bottom
+
+    def _commit_bits(self, qid: int, label: str | None, bits: np.ndarray, amount: int) -> int:
+        """Append and sync the record of a query whose payers (``bits``) each paid ``amount``;
+        the bytes written (0 in memory)."""
+        if self.path is None:
+            return 0
+        rec = _encode_bits(qid, label, self.size, bits.tobytes(), amount)
+        return _append(self.path, self._off, rec)
 
     def _paid_mask(self) -> np.ndarray:
         """A cleared bool mask over the slots, reused from query to query (no fresh pages)."""
@@ -346,35 +370,42 @@ class SlotStore:
         self._bg.start()
 
     def _compact(self, state: tuple[Any, ...] | None, ino: int | None, off: int) -> None:
+        """The background compaction: the snapshot is built, written and synced by a helper
+        thread at the lowest CPU priority (:meth:`_prepare`); this thread, at the priority of
+        the queries, then takes the lock for the short final step (the records committed
+        since, the rename), so that a query waiting for the lock never waits behind a thread
+        the scheduler starves."""
         assert self.path is not None
         tmp = f"{self.path}.tmp{os.getpid()}.bg"
-        try:
+        done: list[tuple[int, int] | None] = []
+        failed: list[BaseException] = []
+
+        def prepare() -> None:
             try:  # this thread only (Linux): queries keep the CPU while a snapshot compresses
                 os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), _NICE)
             except (AttributeError, OSError):
                 pass
-            if state is None:
-                state = _replayed(self.path, ino, off)
-            if state is None:  # the store was replaced meanwhile
+            try:
+                done.append(self._prepare(state, ino, off, tmp))
+            except BaseException as exc:  # re-raised below
+                failed.append(exc)
+
+        helper = threading.Thread(target=prepare, name="dprivacy-budget-compaction",
+                                  daemon=True)
+        try:
+            helper.start()
+            helper.join()
+            if failed:
+                raise failed[0]
+            if not done or done[0] is None:  # the store was replaced meanwhile
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
                 return
-            data = _snapshot_bytes(*state)
-            with open(tmp, "wb") as f:  # synced in slices: a query's own fsync (its commit)
-                view = memoryview(data)  # never waits behind the whole snapshot's dirty pages
-                for start in range(0, len(data), _SYNC_SLICE):
-                    f.write(view[start: start + _SYNC_SLICE])
-                    f.flush()
-                    os.fdatasync(f.fileno())
-                os.fsync(f.fileno())
+            size, copied = done[0]
             with open(self.path, "rb") as src:  # the old file, even if renamed meanwhile
                 if os.fstat(src.fileno()).st_ino != ino:
                     os.unlink(tmp)
                     return
-                copied = off
-                for _round in range(_CATCH_UP_ROUNDS):  # without the lock: committed records
-                    end = self._off  # (advanced after each commit's fsync) copied in bulk
-                    if self._ino != ino or end - copied <= _TAIL_UNDER_LOCK:
-                        break
-                    copied += _copy_range(src, copied, end, tmp)
                 with self.locked():  # the few records committed since, then the rename
                     if self._ino != ino or os.stat(self.path).st_ino != ino:
                         os.unlink(tmp)  # the store was replaced meanwhile: this copy is stale
@@ -384,11 +415,41 @@ class SlotStore:
                     _fsync_dir(self.path)
                     tail = self._off - off
                     self._ino, self._off, self._log_bytes = (os.stat(self.path).st_ino,
-                                                             len(data) + tail, tail)
+                                                             size + tail, tail)
         except BaseException as exc:  # the old file is complete: compaction can wait
             self.compaction_error = exc
             if os.path.exists(tmp):
                 os.unlink(tmp)
+
+    def _prepare(self, state: tuple[Any, ...] | None, ino: int | None, off: int,
+                 tmp: str) -> tuple[int, int] | None:
+        """Write the snapshot of the file up to ``off`` to ``tmp``, synced, then append the
+        records committed since in bulk, without the lock (in up to ``_CATCH_UP_ROUNDS``
+        rounds, while more than ``_TAIL_UNDER_LOCK`` bytes are new); returns (the snapshot's
+        size, the file offset copied up to), or None if the store was replaced meanwhile."""
+        assert self.path is not None
+        if state is None:
+            state = _replayed(self.path, ino, off)
+        if state is None:
+            return None
+        data = _snapshot_bytes(*state)
+        with open(tmp, "wb") as f:  # synced in slices: a query's own fsync (its commit)
+            view = memoryview(data)  # never waits behind the whole snapshot's dirty pages
+            for start in range(0, len(data), _SYNC_SLICE):
+                f.write(view[start: start + _SYNC_SLICE])
+                f.flush()
+                os.fdatasync(f.fileno())
+            os.fsync(f.fileno())
+        copied = off
+        with open(self.path, "rb") as src:
+            if os.fstat(src.fileno()).st_ino != ino:
+                return None
+            for _round in range(_CATCH_UP_ROUNDS):  # committed records copied in bulk
+                end = self._off  # (advanced after each commit's fsync)
+                if self._ino != ino or end - copied <= _TAIL_UNDER_LOCK:
+                    break
+                copied += _copy_range(src, copied, end, tmp)
+        return len(data), copied
 
     def wait_for_compaction(self, timeout: float | None = None) -> None:
         """Wait until a background compaction (if any) has finished."""
@@ -416,8 +477,12 @@ class SlotStore:
         """Fold everything into a new file (atomic rename). Inside :meth:`locked`."""
         if self.path is None:
             return
-        data = _snapshot_bytes(None if self.identity() else self.ids, self.initial,
-                               self.remaining, self.queries, self.next_id, self.next_query)
+        identity = self.identity()
+        if self._packed is None:  # ids and initial budgets change only when people are added
+            self._packed = (b"" if identity else _pack(self.ids), 0 if identity else
+                            self.ids.nbytes, _pack(self.initial), self.initial.nbytes)
+        data = _snapshot_bytes(identity, None, None, self.remaining, self.queries,
+                               self.next_id, self.next_query, self._packed)
         tmp = f"{self.path}.tmp{os.getpid()}"
         with open(tmp, "wb") as f:
             f.write(data)
@@ -427,22 +492,11 @@ class SlotStore:
         _fsync_dir(self.path)
         self._ino, self._off, self._log_bytes = os.stat(self.path).st_ino, len(data), 0
 
-    def _load(self, keep_blobs: bool = False) -> None:
+    def _load(self) -> None:
         assert self.path is not None
         with open(self.path, "rb") as f:
             ino = os.fstat(f.fileno()).st_ino
-            head = f.read(16)
-            if len(head) < 16 or head[:8] != _MAGIC:
-                raise ValidationError(f"{self.path} is not a dprivacy budget file")
-            (mlen,) = struct.unpack("<Q", head[8:])
-            meta_b = f.read(mlen)
-            meta = json.loads(meta_b)
-            blobs = [f.read(n) for n in meta["blobs"]]
-            (crc,) = struct.unpack("<I", f.read(4))
-            body = head[8:] + meta_b + b"".join(blobs)
-            if zlib.crc32(body) != crc:
-                raise ValidationError(f"{self.path}: the budget snapshot is corrupt (CRC)")
-            off = f.tell()
+            meta, blobs, off = _read_snapshot(f, self.path)
         n = int(meta["n"])
         raw = meta["raw"]
         if meta["identity"]:  # person i in slot i: the map needs no check
@@ -454,8 +508,7 @@ class SlotStore:
         self.initial = _unpack_array(blobs[1], raw[1])
         self.remaining = _unpack_array(blobs[2], raw[2])
         self.queries = json.loads(_unpack(blobs[3], raw[3]) or b"[]")
-        if keep_blobs:  # ids and initial budgets as compressed, for a snapshot that reuses them
-            self._blobs = (blobs[0], int(raw[0]), blobs[1], int(raw[1]))
+        self._packed = (blobs[0], int(raw[0]), blobs[1], int(raw[1]))
         self.next_id, self.next_query = int(meta["next_id"]), int(meta["next_query"])
         self._ino, self._off, self._log_bytes = ino, off, 0
 
@@ -479,23 +532,10 @@ class SlotStore:
 
     def _replay(self, data: bytes) -> int:
         """Apply the complete records at the start of ``data``; returns the bytes they take."""
-        pos = 0
-        while pos + _REC_HEAD.size <= len(data):
-            magic, n, crc = _REC_HEAD.unpack_from(data, pos)
-            payload = data[pos + _REC_HEAD.size: pos + _REC_HEAD.size + n]
-            if magic != _REC or len(payload) < n or zlib.crc32(payload) != crc:
-                break
-            self._apply(payload)
-            pos += _REC_HEAD.size + n
+        pos, next_query = _replay_into(data, self.remaining, self.queries)
+        if next_query is not None:
+            self.next_query = next_query
         return pos
-
-    def _apply(self, payload: bytes) -> None:
-        (mlen,) = struct.unpack_from("<I", payload, 0)
-        meta = json.loads(payload[4: 4 + mlen])
-        pos = 4 + mlen
-        payers, total = _apply_record(self.remaining, meta, payload, pos)
-        self.next_query = int(meta["q"]) + 1
-        self.queries.append([int(meta["q"]), meta["label"], payers, total])
 
     def close(self) -> None:
         """Finish a background compaction and close the lock file descriptor."""
@@ -543,53 +583,109 @@ def _debit(rem: np.ndarray, slots: np.ndarray, amounts: int | np.ndarray) -> Non
 
 
 def _copy_range(src: Any, start: int, end: int, tmp: str) -> int:
-    """Append bytes [start, end) of the open file ``src`` to ``tmp`` and sync; the bytes copied."""
+    """Append bytes [start, end) of the open file ``src`` to ``tmp`` and sync them (in slices of
+    ``_SYNC_SLICE``, as the snapshot); the bytes copied."""
     if end <= start:
         return 0
     src.seek(start)
-    chunk = src.read(end - start)
-    if len(chunk) != end - start:
-        raise OSError("the budget file is shorter than its committed records")
     with open(tmp, "ab") as f:
-        f.write(chunk)
-        f.flush()
+        pos = start
+        while pos < end:
+            chunk = src.read(min(_SYNC_SLICE, end - pos))
+            if not chunk:
+                raise OSError("the budget file is shorter than its committed records")
+            f.write(chunk)
+            f.flush()
+            os.fdatasync(f.fileno())
+            pos += len(chunk)
         os.fsync(f.fileno())
-    return len(chunk)
+    return end - start
+
+
+def _read_snapshot(f: Any, path: str) -> tuple[dict[str, Any], list[bytes], int]:
+    """(the header, the compressed blobs, the offset of the first record) of the snapshot at
+    the start of the open file ``f``, its CRC checked."""
+    head = f.read(16)
+    if len(head) < 16 or head[:8] != _MAGIC:
+        raise ValidationError(f"{path} is not a dprivacy budget file")
+    (mlen,) = struct.unpack("<Q", head[8:])
+    meta_b = f.read(mlen)
+    meta = json.loads(meta_b)
+    blobs = [f.read(n) for n in meta["blobs"]]
+    (crc,) = struct.unpack("<I", f.read(4))
+    got = zlib.crc32(meta_b, zlib.crc32(head[8:]))
+    for b in blobs:
+        got = zlib.crc32(b, got)
+    if got != crc:
+        raise ValidationError(f"{path}: the budget snapshot is corrupt (CRC)")
+    return meta, blobs, f.tell()
+
+
+def _replay_into(data: bytes, remaining: np.ndarray, queries: list[list[Any]]
+                 ) -> tuple[int, int | None]:
+    """Apply the complete records at the start of ``data`` to ``remaining`` (their bitmaps
+    folded together: :class:`~dprivacy.tables.budgets.slot_kernels.BitFolder`) and append
+    them to ``queries``; returns (the bytes they take, the next query number or None if
+    there was no record)."""
+    pos = 0
+    next_query = None
+    folder = slot_kernels.BitFolder(remaining)
+    try:
+        while pos + _REC_HEAD.size <= len(data):
+            magic, n, crc = _REC_HEAD.unpack_from(data, pos)
+            payload = data[pos + _REC_HEAD.size: pos + _REC_HEAD.size + n]
+            if magic != _REC or len(payload) < n or zlib.crc32(payload) != crc:
+                break
+            (mlen,) = struct.unpack_from("<I", payload, 0)
+            meta = json.loads(payload[4: 4 + mlen])
+            payers, total = _apply_record(remaining, meta, payload, 4 + mlen, folder)
+            next_query = int(meta["q"]) + 1
+            queries.append([int(meta["q"]), meta["label"], payers, total])
+            pos += _REC_HEAD.size + n
+    finally:
+        folder.flush()
+    return pos, next_query
 
 
 def _replayed(path: str, ino: int | None, off: int) -> tuple[Any, ...] | None:
-    """The budgets as the file ``path`` holds them up to byte ``off`` (its snapshot and the
-    records before ``off``), read into fresh arrays; None if the file is no longer inode ``ino``."""
-    copy = SlotStore(None)
-    copy.path = path
-    try:
-        copy._load(keep_blobs=True)
-        if copy._ino != ino or copy._off > off:
+    """The arguments of :func:`_snapshot_bytes` for the budgets as the file ``path`` holds them
+    up to byte ``off`` (its snapshot and the records before ``off``; ids and initial budgets
+    kept compressed, as they never change), read into fresh arrays; None if the file is no
+    longer inode ``ino``."""
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_ino != ino:
             return None
-        with open(path, "rb") as f:
-            f.seek(copy._off)
-            data = f.read(off - copy._off)
-        if copy._replay(data) != len(data):
+        meta, blobs, start = _read_snapshot(f, path)
+        if start > off:
             return None
-    finally:
-        copy.path = None
-    return (None if copy.identity() else copy.ids, copy.initial, copy.remaining,
-            copy.queries, copy.next_id, copy.next_query, copy._blobs)
+        data = f.read(off - start)
+    raw = meta["raw"]
+    remaining = _unpack_array(blobs[2], raw[2])
+    queries = json.loads(_unpack(blobs[3], raw[3]) or b"[]")
+    pos, nq = _replay_into(data, remaining, queries)
+    if pos != len(data):
+        return None
+    packed = (blobs[0], int(raw[0]), blobs[1], int(raw[1]))
+    return (bool(meta["identity"]), None, None, remaining, queries, int(meta["next_id"]),
+            int(meta["next_query"]) if nq is None else nq, packed)
 
 
-def _snapshot_bytes(ids: np.ndarray | None, initial: np.ndarray, remaining: np.ndarray,
-                    queries: list[list[Any]], next_id: int, next_query: int,
-                    packed: tuple[bytes, int, bytes, int] | None = None) -> bytes:
-    """The snapshot: magic, header, compressed arrays and query log, CRC-32 (``ids`` None:
-    slot i holds person i; ``packed``: ids and initial budgets already compressed, with their
-    sizes, as an earlier snapshot holds them — records never change either)."""
+def _snapshot_bytes(identity: bool, ids: np.ndarray | None, initial: np.ndarray | None,
+                    remaining: np.ndarray, queries: list[list[Any]], next_id: int,
+                    next_query: int, packed: tuple[bytes, int, bytes, int] | None = None
+                    ) -> bytes:
+    """The snapshot: magic, header, compressed arrays and query log, CRC-32 (``identity``:
+    slot i holds person i, no ids stored; ``packed``: ids and initial budgets already
+    compressed, with their sizes, as an earlier snapshot holds them — records never change
+    either; else they are compressed from ``ids`` and ``initial``)."""
     log = json.dumps(queries).encode()
     if packed is None:
-        packed = (b"" if ids is None else _pack(ids), 0 if ids is None else ids.nbytes,
-                  _pack(initial), initial.nbytes)
+        assert initial is not None and (identity or ids is not None)
+        packed = (b"" if identity or ids is None else _pack(ids),
+                  0 if identity or ids is None else ids.nbytes, _pack(initial), initial.nbytes)
     blobs = [packed[0], packed[2], _pack(remaining), _pack(log)]
     raw = [packed[1], packed[3], remaining.nbytes, len(log)]
-    meta = json.dumps({"n": int(remaining.size), "identity": ids is None, "next_id": next_id,
+    meta = json.dumps({"n": int(remaining.size), "identity": identity, "next_id": next_id,
                        "next_query": next_query, "blobs": [len(b) for b in blobs],
                        "raw": raw}).encode()
     body = struct.pack("<Q", len(meta)) + meta + b"".join(blobs)

@@ -5,6 +5,8 @@ payers' records materialised only when a plan needs them."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -209,28 +211,73 @@ def test_a_null_id_is_nobody_neither_charged_nor_counted():
 @settings(max_examples=40, deadline=None)
 @given(n=st.integers(1, 30), data=st.data())
 def test_compiled_and_numpy_row_kernels_agree(n, data):
-    """Rows selected by a uint8 mask, in chunks, identity or permuted row -> slot: both
-    kernels charge exactly what charging the selected rows' slots one by one does."""
+    """Rows selected by a uint8 mask, in chunks cut anywhere, identity or permuted row -> slot:
+    both kernels charge exactly what charging the selected rows' slots one by one does, and
+    mark exactly the payers."""
     amount = data.draw(st.integers(0, 5))
     start = np.array(data.draw(st.lists(st.integers(0, 12), min_size=n, max_size=n)), np.int64)
-    mask = np.array(data.draw(st.lists(st.integers(0, 1), min_size=n, max_size=n)), np.uint8)
+    mask = np.array(data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)), np.uint8)
     perm = data.draw(st.booleans())
     row_slots = np.random.default_rng(n).permutation(n).astype(np.int64) if perm else None
-    cut = data.draw(st.integers(0, n))
+    cuts = sorted(data.draw(st.lists(st.integers(0, n), max_size=3)))
     results = []
     for how in ("python", "jit", "numpy"):
         rem, paid = start.copy(), np.zeros(n, dtype=bool)
         if how == "python":
             rows = np.flatnonzero(mask)
             _python_charge(rows if row_slots is None else row_slots[rows], rem, paid, amount)
+            selected = rows.size
         else:
-            for first, part in ((0, mask[:cut]), (cut, mask[cut:])):
-                ro = part.copy()
+            selected = 0
+            for first, stop in zip([0, *cuts], [*cuts, n], strict=True):
+                ro = mask[first:stop].copy()
                 ro.flags.writeable = False
-                slot_kernels.charge_rows(ro, first, row_slots, rem, paid, amount,
-                                         jit=how == "jit")
-        results.append((rem.tolist(), paid.tolist()))
+                selected += slot_kernels.charge_rows(ro, first, row_slots, rem, paid, amount,
+                                                     jit=how == "jit")
+        results.append((rem.tolist(), paid.tolist(), selected))
     assert results[0] == results[1] == results[2]
+
+
+@needs_jit
+@pytest.mark.parametrize("jit", [True, False])
+@pytest.mark.parametrize("permuted", [True, False])
+def test_row_kernels_refuse_rows_past_the_slots(jit, permuted):
+    """A chunk reaching past the store's slots (or the row map) charges nothing: -1."""
+    rem = np.full(10, 5, np.int64)
+    paid = np.zeros(10, bool)
+    row_slots = np.arange(10, dtype=np.int64)[::-1].copy() if permuted else None
+    assert slot_kernels.charge_rows(np.ones(4, np.uint8), 8, row_slots, rem, paid, 1,
+                                    jit=jit) == -1
+    assert rem.tolist() == [5] * 10 and not paid.any()
+    if permuted:
+        bad = np.array([0, 1, 10], np.int64)  # a slot past the end
+        assert slot_kernels.charge_rows(np.ones(3, np.uint8), 0, bad, rem, paid, 1,
+                                        jit=jit) == -1
+        assert rem.tolist() == [5] * 10 and not paid.any()
+
+
+@pytest.mark.parametrize("jit", [True, False])
+def test_folded_bitmaps_debit_like_one_by_one(monkeypatch, jit):
+    """Bitmaps folded through byte counters (more than 255 with one amount, several amounts,
+    bitmaps shorter than the store, more amounts than counters kept) debit exactly what
+    debiting each bitmap alone does."""
+    if jit and not slot_kernels.warm():
+        pytest.skip("numba is not installed")
+    monkeypatch.setattr(slot_kernels, "JIT_MIN_SLOTS", 1 if jit else 10**12)
+    rng = np.random.default_rng(7)
+    n = 29
+    rem = np.full(n, 10**6, np.int64)
+    ref = rem.copy()
+    folder = slot_kernels.BitFolder(rem, amounts=2)
+    for k in range(300):
+        m = rng.random(n if k % 7 else 13) < 0.6
+        amount = [3, 3, 3, 5, 11][k % 5] if k < 290 else 1000 + k
+        bits = np.packbits(m)
+        bits.flags.writeable = False
+        assert folder.add(bits, amount) == int(m.sum())
+        ref[: m.size] -= amount * m
+    folder.flush()
+    assert rem.tolist() == ref.tolist()
 
 
 @needs_jit
@@ -249,3 +296,50 @@ def test_id_checks_agree_compiled_and_numpy(monkeypatch, case):
     assert slot_kernels.same_ids(cur, ref) is want
     monkeypatch.setattr(slot_kernels, "JIT_MIN_SLOTS", 10**12)  # numpy
     assert slot_kernels.same_ids(cur, ref) is want
+
+
+@pytest.mark.parametrize("jit", [True, False])
+def test_a_row_stream_that_fails_or_changes_charges_nothing(tmp_path, monkeypatch, jit):
+    """Rows charged straight into the payers' bitmap: a stream that fails part way, is too
+    long or too short, or whose source check says the ids changed leaves every budget and
+    the file as they were; a complete one commits exactly its payers."""
+    if jit and not slot_kernels.warm():
+        pytest.skip("numba is not installed")
+    monkeypatch.setattr(slot_kernels, "JIT_MIN_SLOTS", 1 if jit else 10**12)
+    path = str(tmp_path / "rows.dpb")
+    n = 21
+    s = slot_store.SlotStore(path)
+    with s.locked():
+        s.add(np.arange(n, dtype=np.int64), np.full(n, 10, np.int64))
+        s.charge(np.array([3], np.int64), 8, "setup")  # 3 cannot pay 3 any more
+    setup = list(s.queries)
+    size = os.path.getsize(path)
+    mask = np.array([1, 0, 1, 1] * 5 + [1], np.uint8)
+
+    def broken():
+        yield mask[:5]
+        yield mask[5:13]
+        raise OSError("the engine failed")
+
+    def cut(parts):
+        return lambda: iter([mask[a:b] for a, b in parts])
+
+    cases = [(broken, None, OSError), (cut([(0, 13), (0, 13)]), None, slot_store.RowsChanged),
+             (cut([(0, 20)]), None, slot_store.RowsChanged),
+             (cut([(0, 9), (9, 21)]), lambda: False, slot_store.RowsChanged)]
+    for chunks, check, error in cases:
+        with s.locked(), pytest.raises(error):
+            s.charge_stream(chunks(), 3, "q", rows=n, check=check)
+        assert s.remaining.tolist() == [10, 10, 10, 2] + [10] * 17
+        assert os.path.getsize(path) == size and s.queries == setup
+    with s.locked():
+        bits, payers, bottom = s.charge_stream(cut([(0, 9), (9, 21)])(), 3, "ok", rows=n,
+                                               check=lambda: True)
+    want = (mask == 1) & (np.arange(n) != 3)
+    assert payers == int(want.sum()) and bottom == 0
+    assert bits.tolist() == np.packbits(want).tolist()
+    s.close()
+    again = slot_store.SlotStore(path)
+    with again.locked():
+        assert again.remaining.tolist() == np.where(want, 7, [10, 10, 10, 2] + [10] * 17).tolist()
+        assert again.queries == [*setup, [2, "ok", payers, 3 * payers]]

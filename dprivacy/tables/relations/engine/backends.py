@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 _names = itertools.count()
 _lock = threading.Lock()
 _SQL_CACHE = 256  # compiled plans kept per engine
+STREAM_ROWS = 1 << 17  # rows per Arrow batch of a streamed result
 
 
 def fresh_name(prefix: str) -> str:
@@ -106,6 +107,12 @@ class Engine:
         """The chunks of the first column of a table expression's result (no concatenation)."""
         yield from self.arrow(expr).column(0).chunks
 
+    def column_stream(self, expr: ir.Expr) -> Iterator[pa.Array]:
+        """The chunks of the first column of a table expression's result, in order, as the
+        engine produces them where it can (the caller works on one chunk while the engine
+        computes the next); all of them at once otherwise."""
+        yield from self.column_chunks(expr)
+
     def pandas(self, expr: ir.Expr) -> pd.DataFrame:
         """The result of a table expression as a pandas frame."""
         return self.arrow(expr).to_pandas()
@@ -153,6 +160,18 @@ class DuckEngine(Engine):
 
     def arrow(self, expr: ir.Expr) -> pa.Table:
         return self.raw.sql(self.sql(expr)).to_arrow_table()
+
+    def column_stream(self, expr: ir.Expr) -> Iterator[pa.Array]:
+        """The first column's Arrow batches of ``STREAM_ROWS`` rows as DuckDB's streaming
+        result yields them (its threads run ahead while the caller consumes a batch). The
+        statement holds the connection until the stream is exhausted or closed: consume it in
+        the thread that issued it, with no other statement on this engine in between."""
+        reader = self.raw.sql(self.sql(expr)).to_arrow_reader(STREAM_ROWS)
+        try:
+            for batch in reader:
+                yield batch.column(0)
+        finally:
+            reader.close()
 
     def table(self, name: str) -> ir.Table:
         """An Ibis table over the view ``name`` (schema read from a zero-row Arrow result, which
