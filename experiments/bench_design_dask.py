@@ -17,7 +17,10 @@ Cells (each in its own subprocess):
 * ``dask``: a ``LocalCluster`` of ``--workers`` single-threaded worker processes with a memory
   limit of ``--worker-memory`` each; ``dp.design(..., engine=DaskEngine(client))``, then the pair
   bound on the same client. Peak memory of each worker is sampled every 0.2 s (resident set
-  size of the worker process); the driver's own peak is its maximum resident set size.
+  size of the worker process); the driver's own peak is its maximum resident set size. The
+  design's time is split by phase (``DaskEngine.timings``): on the driver ``tree``, ``ranges``
+  and ``ship``; on the workers ``seed`` and ``walk``; ``other`` is the rest (the convex
+  program on the driver).
 
 Run:  python -m experiments.bench_design_dask [--sizes 1000000,10000000] [--cells local,dask]
       [--workers 2] [--worker-memory 4GB] [--seed 0] [--quick] [--outdir DIR]
@@ -130,6 +133,10 @@ def run_cell(kind: str, N: int, seed: int, workers: int, worker_memory: str) -> 
             pids = list(client.run(os.getpid).values())
             with WorkerPeaks(pids) as wp_design, DaskEngine(client) as engine:
                 d = design(engine=engine)
+                phases = {f"seconds_{k}": v for k, v in engine.timings.items()}
+            # the rest of the design's time: the convex program and bookkeeping on the driver
+            phases["seconds_other"] = row["seconds_design"] - sum(phases.values())
+            row.update(phases)
             with WorkerPeaks(pids) as wp_verify:
                 verify(d, client)
             row.update(workers=workers, worker_memory_limit=worker_memory,
@@ -267,7 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     df = pd.DataFrame(rows)
     outdir.mkdir(parents=True, exist_ok=True)
     df.to_csv(outdir / "bench_design_dask.csv", index=False)
-    cols = [c for c in ["cell", "N", "seconds_design", "seconds_verify", "passes",
+    cols = [c for c in ["cell", "N", "seconds_design", "seconds_tree",
+                        "seconds_ranges", "seconds_ship", "seconds_seed", "seconds_walk",
+                        "seconds_other", "seconds_verify", "passes",
                         "pairs_evaluated", "max_ratio", "verify_max_exact", "verify_bound",
                         "verify_pairs_exact", "worker_peak_gib_design", "worker_peak_gib_verify",
                         "driver_peak_gib", "load_start", "load_end", "status"] if c in df]

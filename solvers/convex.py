@@ -139,7 +139,8 @@ def solve_u(F: QueryMatrix, cs: ConstraintSet, c: np.ndarray, build: ObjectiveBu
     if bar is not None:
         bar.close()
     draft = Draft(u=u, iterations=rnd, n_used=len(ws), status=status, notes=notes,
-                  extra={"final_violation": float(sc.max_ratio - 1.0)})
+                  extra={"final_violation": float(sc.max_ratio - 1.0)},
+                  scanned=(F, cs, u.copy(), agg, float(sc.max_ratio), sc.worst))
     return u, draft, ws
 
 

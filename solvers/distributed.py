@@ -10,9 +10,9 @@ local (they are near-linear already).
 
 Indexed sets (a geometric index, exact branch and bound of :mod:`solvers.pruned`) run on a
 Dask engine too: the index with its tree, F and its node ranges go to every worker once per
-design, the nearest-neighbour pairs in slices; each scan is then seed tasks (the neighbour
-pairs' ratios give every part the same first threshold) and walk tasks (each a share of the
-node pairs of one tree level), merged exactly as the serial scan's result.
+design; each scan is then seed tasks (each a range of tree positions whose seed pairs' ratios
+give every part the same first threshold) and walk tasks (each a share of the node pairs of one
+tree level), merged exactly as the serial scan's result.
 
 Engine choice: Dask distributed. It is already a dependency of the project (extra ``scale``, used
 for Dask DataFrames), runs the same code on one machine (``LocalCluster``) and on a cluster, ships
@@ -32,9 +32,10 @@ Examples
 
 from __future__ import annotations
 
-import copy
 import logging
 import multiprocessing
+import time
+from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -85,8 +86,7 @@ class PrunedContext:
     @classmethod
     def build(cls, index: GeometricIndex, F: np.ndarray | sp.csc_array, cs: ConstraintSet
               ) -> PrunedContext:
-        cols = columns(F)
-        return cls(index, F, cols, index.tree.f_ranges(F), cs)
+        return cls(index, F, columns(F), index.tree.f_ranges(F), cs)
 
     def pieces(self) -> list[Any]:
         return [self.index, self.cols if self.cols is not None else self.F, self.ranges, self.cs]
@@ -99,10 +99,11 @@ class PrunedContext:
         return cls(index, data, None, ranges, cs)
 
 
-def _seed_part(pieces: list[Any], pairs: tuple[np.ndarray, np.ndarray], u: np.ndarray, *,
-               k: int, agg: str) -> tuple[TopArrays, int]:
+def _seed_part(pieces: list[Any], span: tuple[int, int], u: np.ndarray, *, k: int, agg: str
+               ) -> tuple[TopArrays, int]:
     ctx = PrunedContext.join(pieces)
-    return seed_scan(ctx.F, u, ctx.cs.pair_eps, pairs[0], pairs[1], k=k, agg=agg, cols=ctx.cols)
+    i, j = ctx.index.tree.seed_pairs(*span)
+    return seed_scan(ctx.F, u, ctx.cs.pair_eps, i, j, k=k, agg=agg, cols=ctx.cols)
 
 
 def _walk_part(pieces: list[Any], roots: Roots, seed: TopArrays, u: np.ndarray, *, k: int,
@@ -113,10 +114,10 @@ def _walk_part(pieces: list[Any], roots: Roots, seed: TopArrays, u: np.ndarray, 
     return top, n
 
 
-def _seed_lip(pieces: list[Any], pairs: tuple[np.ndarray, np.ndarray], power: int
-              ) -> tuple[LipArrays, int]:
+def _seed_lip(pieces: list[Any], span: tuple[int, int], power: int) -> tuple[LipArrays, int]:
     ctx = PrunedContext.join(pieces)
-    return seed_lipschitz(ctx.F, ctx.cs.pair_eps, pairs[0], pairs[1], power=power, cols=ctx.cols)
+    i, j = ctx.index.tree.seed_pairs(*span)
+    return seed_lipschitz(ctx.F, ctx.cs.pair_eps, i, j, power=power, cols=ctx.cols)
 
 
 def _walk_lip(pieces: list[Any], roots: Roots, seed: LipArrays, power: int
@@ -184,6 +185,12 @@ class DaskEngine:
     from one scan to the next while the same set and F are scanned (one design); use the engine
     as a context manager, or call :meth:`release`, to drop it.
 
+    :attr:`timings` adds up wall-clock seconds per phase over the engine's life: on the driver
+    ``tree`` (k-d tree), ``ranges`` (F's columns and node ranges), ``ship`` (sending them to
+    the workers); on the workers, as seen by the
+    driver, ``seed`` and ``walk`` (all pruned scans and row Lipschitz passes) and ``full``
+    (full scans); :attr:`counts` the number of each.
+
     Parameters
     ----------
     client : a ``distributed.Client`` (e.g. on a ``LocalCluster`` or a remote scheduler).
@@ -201,7 +208,15 @@ class DaskEngine:
     def __init__(self, client: Any, parts_per_worker: int = 4) -> None:
         self.client = client
         self.parts_per_worker = max(1, int(parts_per_worker))
-        self._shipped: tuple[tuple[object, ...], Any, list[Any]] | None = None
+        self._shipped: tuple[tuple[object, ...], Any, list[tuple[int, int]]] | None = None
+        self.timings: defaultdict[str, float] = defaultdict(float)
+        self.counts: defaultdict[str, int] = defaultdict(int)
+
+    def _timed(self, phase: str, t0: float) -> float:
+        t = time.perf_counter()
+        self.timings[phase] += t - t0
+        self.counts[phase] += 1
+        return t
 
     def _n_workers(self) -> int:
         return max(1, len(self.client.scheduler_info().get("workers", {})))
@@ -217,10 +232,11 @@ class DaskEngine:
         self.release()
 
     # ------------------------------------------------------------ pruned scans (indexed sets)
-    def _ship(self, cs: ConstraintSet, A: np.ndarray | sp.csc_array) -> tuple[Any, list[Any]]:
+    def _ship(self, cs: ConstraintSet, A: np.ndarray | sp.csc_array
+              ) -> tuple[Any, list[tuple[int, int]]]:
         """The scan context (index with its tree, F, F's node ranges, the budgets) on every
-        worker, and the nearest-neighbour pairs in slices spread over the workers: built and
-        sent once per (constraint set budgets, F), reused by every later scan."""
+        worker, and the ranges of tree positions of the seed tasks: built and sent once per
+        (constraint set budgets, F), reused by every later scan."""
         key = (*cs.budget_source(), A)
         if self._shipped is not None and all(
                 x is y for x, y in zip(self._shipped[0], key, strict=True)):
@@ -228,21 +244,21 @@ class DaskEngine:
         self._shipped = None
         index = cs.index
         assert index is not None
+        t = time.perf_counter()
         _ = index.tree  # built here once, not on every worker
-        ni, nj = index.neighbour_pairs()
-        shipped = copy.copy(index)
-        shipped._nn = None  # the workers get the pairs in slices
-        ctx = PrunedContext.build(shipped, A, cs.with_engine(None).with_index(None))
+        t = self._timed("tree", t)
+        ctx = PrunedContext.build(index, A, cs.with_engine(None).with_index(None))
+        t = self._timed("ranges", t)
         ctx_f = [self.client.scatter([p], broadcast=True, hash=False)[0] for p in ctx.pieces()]
         del ctx
+        self._timed("ship", t)
         n = self._n_workers() * self.parts_per_worker
-        cuts = np.linspace(0, ni.size, n + 1).round().astype(int)
-        slices = self.client.scatter([(ni[a:b], nj[a:b]) for a, b in zip(cuts[:-1], cuts[1:],
-                                                                        strict=True)], hash=False)
-        self._shipped = (key, ctx_f, list(slices))
-        logger.debug("dask: scan context of N=%d m=%d shipped, %d neighbour slices", index.N,
-                     A.shape[0], len(slices))
-        return ctx_f, list(slices)
+        cuts = np.linspace(0, index.N, n + 1).round().astype(int)
+        spans = [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:], strict=True) if b > a]
+        self._shipped = (key, ctx_f, spans)
+        logger.debug("dask: scan context of N=%d m=%d shipped, %d seed spans", index.N,
+                     A.shape[0], len(spans))
+        return ctx_f, spans
 
     def _roots(self, cs: ConstraintSet) -> list[Roots]:
         assert cs.index is not None
@@ -250,36 +266,43 @@ class DaskEngine:
 
     def pruned_scan(self, cs: ConstraintSet, A: np.ndarray | sp.csc_array, u: np.ndarray, *,
                     k: int, agg: str) -> ScanResult:
-        """:func:`solvers.pruned.pruned_scan` in parts: the neighbour pairs' ratios (one task
-        per slice) give every part the same first threshold, then each part walks its share of
-        the node pairs; the merged top k is the serial scan's (ties aside)."""
-        ctx_f, slices = self._ship(cs, A)
-        seeds = self.client.gather([self.client.submit(_seed_part, ctx_f, sl, u, k=k, agg=agg,
-                                                       pure=False) for sl in slices])
-        seed = scan_result([t for t, _ in seeds], 1, max(k, 1), 0).top  # the max(k, 1) best
+        """:func:`solvers.pruned.pruned_scan` in parts: the seed pairs' ratios (one task per
+        span of tree positions) give every part the same first threshold, then each part walks
+        its share of the node pairs; the merged top k is the serial scan's (ties aside)."""
+        ctx_f, spans = self._ship(cs, A)
+        t = time.perf_counter()
+        seeds = self.client.gather([self.client.submit(_seed_part, ctx_f, sp_, u, k=k, agg=agg,
+                                                       pure=False) for sp_ in spans])
+        seed = scan_result([top for top, _ in seeds], 1, max(k, 1), 0).top  # the max(k, 1) best
         n0 = sum(n for _, n in seeds)
+        t = self._timed("seed", t)
         walks = self.client.gather([self.client.submit(_walk_part, ctx_f, r, seed, u, k=k,
                                                        agg=agg, pure=False)
                                     for r in self._roots(cs)])
-        res = scan_result([t for t, _ in walks], cs.n_constraints, k,
+        self._timed("walk", t)
+        res = scan_result([top for top, _ in walks], cs.n_constraints, k,
                           n0 + sum(n for _, n in walks))
         return replace(res, strategy="dask")
 
     def pruned_row_lipschitz(self, cs: ConstraintSet, A: np.ndarray | sp.csc_array, power: int
                              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
         """:func:`solvers.pruned.pruned_row_lipschitz` in parts (seeds, then walks)."""
-        ctx_f, slices = self._ship(cs, A)
-        seeds = self.client.gather([self.client.submit(_seed_lip, ctx_f, sl, power, pure=False)
-                                    for sl in slices])
+        ctx_f, spans = self._ship(cs, A)
+        t = time.perf_counter()
+        seeds = self.client.gather([self.client.submit(_seed_lip, ctx_f, sp_, power, pure=False)
+                                    for sp_ in spans])
         seed = merge_lipschitz([s for s, _ in seeds])
+        t = self._timed("seed", t)
         walks = self.client.gather([self.client.submit(_walk_lip, ctx_f, r, seed, power,
                                                        pure=False) for r in self._roots(cs)])
+        self._timed("walk", t)
         c, bi, bj = merge_lipschitz([seed] + [w for w, _ in walks])
         return c, bi, bj, sum(n for _, n in seeds) + sum(n for _, n in walks)
 
     def scan(self, cs: ConstraintSet, A: np.ndarray | sp.csc_array, u: np.ndarray | None, *,
              k: int, agg: str, mode: str, memory_bytes: int) -> PartResult:
         """Scatter the constraint set and F to every worker, run the parts, merge."""
+        t = time.perf_counter()
         n_workers = self._n_workers()
         ps = parts(cs, n_workers * self.parts_per_worker)
         cs_f, A_f = self.client.scatter([cs.with_engine(None), A], broadcast=True, hash=False)
@@ -287,5 +310,6 @@ class DaskEngine:
                                    memory_bytes=max(memory_bytes // n_workers, 2**20), pure=False)
                 for lo, hi in ps]
         results = self.client.gather(futs)
+        self._timed("full", t)
         logger.debug("dask: %d parts on %d workers", len(ps), n_workers)
         return merge(list(results), k, mode, A.shape[0])

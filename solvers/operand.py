@@ -98,10 +98,15 @@ def segment_minmax(F: np.ndarray | sp.csc_array, perm: np.ndarray, starts: np.nd
                    ) -> tuple[np.ndarray, np.ndarray]:
     """Per row, min and max of F over the column segments ``perm[starts[s]:starts[s+1]]``
     (the last one runs to the end); shapes (m, S). Sparse F: implicit zeros count."""
-    if isinstance(F, np.ndarray):
-        Fp = F[:, perm]
-        return np.minimum.reduceat(Fp, starts, axis=1), np.maximum.reduceat(Fp, starts, axis=1)
     m, N = F.shape
+    if isinstance(F, np.ndarray):  # one row at a time: O(N) temporaries, not a copy of F
+        lo = np.empty((m, starts.size), F.dtype)
+        hi = np.empty((m, starts.size), F.dtype)
+        for k in range(m):
+            rp = F[k][perm]
+            lo[k] = np.minimum.reduceat(rp, starts)
+            hi[k] = np.maximum.reduceat(rp, starts)
+        return lo, hi
     R = sp.csr_array(F)
     lo = np.empty((m, starts.size))
     hi = np.empty((m, starts.size))

@@ -21,11 +21,12 @@ k, the range ``[lo_Ak, hi_Ak]`` of ``F_k`` over its elements. For i in A and j i
 
 hence ``loss_ij / eps_ij <= UB(A, B) := sum_k u_k D_k(A, B) / g(delta_AB)`` (``max_k`` instead
 of ``sum_k`` for agg="max"; per row for the Lipschitz constants), with 0/0 = 0 (every pair in
-A x B then has loss 0) and x/0 = inf (never skipped). The scan starts from the exact ratios of
-each element's nearest neighbours, so it always holds a threshold ``t`` achieved by pairs it has
-evaluated (the running maximum, or the k-th largest for a top-k scan). A node pair with
-``UB(A, B) <= t`` cannot contain a pair that raises the maximum (or enters the top k above t),
-and is skipped; every other node pair is split until its leaves are evaluated pair by pair.
+A x B then has loss 0) and x/0 = inf (never skipped). The scan starts from the exact ratios
+of near pairs (:meth:`GeometricIndex.seed_pairs`: neighbours in the k-d tree's leaves), so it
+always holds a threshold ``t`` achieved by pairs it has evaluated (the running maximum, or the
+k-th largest for a top-k scan). A node pair with ``UB(A, B) <= t`` cannot contain a pair that
+raises the maximum (or enters the top k above t), and is skipped; every other node pair is
+split until its leaves are evaluated pair by pair.
 The result therefore equals the full scan over all pairs. Floating point: D_k and delta_AB are
 computed from the actual extreme values with monotone rounding (node ranges are stored in
 float32 rounded outward, so they still contain every value), UB is enlarged by 1e-12
@@ -51,7 +52,6 @@ PairEps = Callable[[np.ndarray, np.ndarray], np.ndarray]
 _UB_SLACK = 1.0 + 1e-12
 _NODE_CELLS = 2**19  # node pairs x query rows per bound evaluation
 _PAIR_CHUNK = 2**18  # exact pair evaluations per batch (times m)
-_NN_CHUNK = 2**20  # points per nearest-neighbour query
 
 
 @dataclass(eq=False)
@@ -61,7 +61,7 @@ class GeometricIndex:
     then has N(N-1)/2 constraints). ``min_n``: below this many elements a full scan is cheaper
     and is used instead (None: ``solvers.constraints.PRUNE_MIN_N``). :func:`min_positive_eps`
     also assumes eps_ij = 0 when phi_i = phi_j.
-    The k-d tree and nearest-neighbour pairs are built on first use and kept.
+    The k-d tree is built on first use and kept.
 
     Examples
     --------
@@ -78,7 +78,6 @@ class GeometricIndex:
     all_finite: bool = False
     min_n: int | None = None
     _tree: _Tree | None = field(default=None, repr=False)
-    _nn: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         P = np.array(self.points, dtype=float)
@@ -108,31 +107,9 @@ class GeometricIndex:
                          time.perf_counter() - t0)
         return self._tree
 
-    def neighbour_pairs(self, k: int = 4) -> tuple[np.ndarray, np.ndarray]:
-        """Each element's k nearest neighbours as unique pairs (i < j)."""
-        if self._nn is None:
-            N = self.N
-            kk = min(k + 1, N)
-            if kk < 2:
-                e = np.zeros(0, np.int64)
-                self._nn = (e, e)
-            else:
-                from scipy.spatial import cKDTree  # slow import: on use
-
-                tree = cKDTree(self.points)
-                keys = []
-                for s in range(0, N, _NN_CHUNK):  # in chunks: bounded temporaries
-                    pts = self.points[s:s + _NN_CHUNK]
-                    nb = np.asarray(tree.query(pts, k=kk)[1])
-                    i = np.repeat(np.arange(s, s + pts.shape[0]), kk - 1)
-                    j = nb[:, 1:].ravel().astype(np.int64)
-                    ok = (j < N) & (i != j)
-                    lo, hi = np.minimum(i[ok], j[ok]), np.maximum(i[ok], j[ok])
-                    keys.append(np.unique(lo * N + hi))
-                del tree
-                key = np.unique(np.concatenate(keys))
-                self._nn = (key // N, key % N)
-        return self._nn
+    def seed_pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        """Near pairs that give a pruned scan its first threshold (see :meth:`_Tree.seed_pairs`)."""
+        return self.tree.seed_pairs(0, self.N)
 
 
 class _Tree:
@@ -140,23 +117,43 @@ class _Tree:
     positions ``[floor(t N / 2^l), floor((t + 1) N / 2^l))``; leaves (level L) hold <= leafsize."""
 
     def __init__(self, P: np.ndarray, leafsize: int) -> None:
-        N, _ = P.shape
+        N, D = P.shape
         L = 0
         while -(-N // 2**L) > max(leafsize, 2):
             L += 1
+        # Each level splits every node at its middle position along its widest side. Points
+        # are ordered within a node by their global rank along that side (ties by index), so
+        # one sort of integer keys (node * N + rank) per level orders every node at once; the
+        # coordinates and ranks are carried along in the current order (1-D, contiguous).
+        xs = [np.ascontiguousarray(P[:, d]) for d in range(D)]
+        ranks = []
+        for d in range(D):
+            r = np.empty(N, np.int64)
+            r[np.argsort(xs[d], kind="stable")] = np.arange(N)
+            ranks.append(r)
         perm = np.arange(N)
         for lev in range(L):
             b = self.starts(N, lev)
-            Pp = P[perm]
-            ext = np.maximum.reduceat(Pp, b, axis=0) - np.minimum.reduceat(Pp, b, axis=0)
-            seg = np.repeat(np.arange(b.size), np.diff(np.append(b, N)))
-            key = Pp[np.arange(N), np.argmax(ext, axis=1)[seg]]
-            perm = perm[np.lexsort((key, seg))]
+            ext = np.stack([np.maximum.reduceat(x, b) - np.minimum.reduceat(x, b) for x in xs])
+            seg = np.repeat(np.arange(b.size, dtype=np.int64), np.diff(np.append(b, N)))
+            side = np.argmax(ext, axis=0)[seg]
+            r = ranks[0].copy()
+            for d in range(1, D):
+                np.copyto(r, ranks[d], where=side == d)
+            key = seg * N + r
+            del seg, side, r
+            order = np.argsort(key)
+            del key
+            perm = perm[order]
+            xs = [x[order] for x in xs]
+            ranks = [r[order] for r in ranks]
+            del order
+        del ranks
         self.N, self.L, self.perm = N, L, perm
         leaf = self.starts(N, L)
-        Pp = P[perm]
-        lo = [np.minimum.reduceat(Pp, leaf, axis=0)]
-        hi = [np.maximum.reduceat(Pp, leaf, axis=0)]
+        lo = [np.stack([np.minimum.reduceat(x, leaf) for x in xs], axis=1)]
+        hi = [np.stack([np.maximum.reduceat(x, leaf) for x in xs], axis=1)]
+        del xs
         for _ in range(L):
             lo.append(lo[-1].reshape(-1, 2, P.shape[1]).min(axis=1))
             hi.append(hi[-1].reshape(-1, 2, P.shape[1]).max(axis=1))
@@ -172,14 +169,28 @@ class _Tree:
         t = np.arange(2**lev, dtype=np.int64)
         return (t * N) // 2**lev
 
+    def seed_pairs(self, p0: int, p1: int) -> tuple[np.ndarray, np.ndarray]:
+        """The seed pairs of tree positions ``p0 <= p < p1``: within each leaf, the elements at
+        positions 2q and 2q + 1 (counted from the leaf's start), as (min, max) of their indices.
+        A leaf is a small box sorted along one side, so these are near pairs (about N / 2 in
+        all, each element in at most one): they give a pruned scan a first threshold for the
+        price of one pass over the elements, with no neighbour search."""
+        starts = self.starts(self.N, self.L)
+        p = np.arange(max(p0, 0), min(p1, self.N), dtype=np.int64)
+        leaf = np.searchsorted(starts, p, side="right") - 1
+        end = np.append(starts[1:], self.N)[leaf]
+        p = p[((p - starts[leaf]) % 2 == 0) & (p + 1 < end)]
+        i, j = self.perm[p], self.perm[p + 1]
+        return np.minimum(i, j), np.maximum(i, j)
+
     def f_ranges(self, F: np.ndarray | sp.csc_array) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Per level (root first): per row min and max of F over each node, (m, 2^l) arrays."""
         lo, hi = segment_minmax(F, self.perm, self.starts(self.N, self.L))
         lo, hi = _outward32(lo, -np.inf), _outward32(hi, np.inf)  # half the memory, still bounds
         los, his = [lo], [hi]
         for _ in range(self.L):
-            los.append(los[-1].reshape(lo.shape[0], -1, 2).min(axis=2))
-            his.append(his[-1].reshape(lo.shape[0], -1, 2).max(axis=2))
+            los.append(np.minimum(los[-1][:, 0::2], los[-1][:, 1::2]))
+            his.append(np.maximum(his[-1][:, 0::2], his[-1][:, 1::2]))
         return los[::-1], his[::-1]
 
     def box_lower(self, lev: int, a: np.ndarray, b: np.ndarray, index: GeometricIndex) -> np.ndarray:
@@ -368,7 +379,7 @@ def pruned_scan(index: GeometricIndex, F: np.ndarray | sp.csc_array, u: np.ndarr
     """
     t0 = time.perf_counter()
     cols = columns(F)  # once for both steps
-    seed, n0 = seed_scan(F, u, pair_eps, *index.neighbour_pairs(), k=k, agg=agg, cols=cols)
+    seed, n0 = seed_scan(F, u, pair_eps, *index.seed_pairs(), k=k, agg=agg, cols=cols)
     top, n1, visited = walk_scan(index, F, u, pair_eps, seed, k=k, agg=agg, cols=cols)
     logger.debug("pruned scan: N=%d m=%d k=%d, %d node pairs, %d of %d pairs exact, %.3f s",
                  index.N, F.shape[0], k, visited, n0 + n1, n_pairs, time.perf_counter() - t0)
@@ -381,7 +392,7 @@ TopArrays = tuple[np.ndarray, np.ndarray, np.ndarray]  # (i, j, ratio) of a runn
 def seed_scan(F: np.ndarray | sp.csc_array, u: np.ndarray, pair_eps: PairEps, i: np.ndarray,
               j: np.ndarray, *, k: int, agg: str, cols: np.ndarray | None = None
               ) -> tuple[TopArrays, int]:
-    """The max(k, 1) largest exact ratios among the given pairs (the nearest-neighbour pairs that
+    """The max(k, 1) largest exact ratios among the given pairs (the seed pairs that
     give a pruned scan its first threshold) and the number of pairs evaluated."""
     ev = _Evaluator(F, pair_eps, u, agg, cols)
     top = TopK(max(int(k), 1))
@@ -435,7 +446,7 @@ def pruned_row_lipschitz(index: GeometricIndex, F: np.ndarray | sp.csc_array, pa
     (per-row bound ``D_k(A, B)^power / g(delta_AB)``). Returns (c, i, j, pairs evaluated)."""
     t0 = time.perf_counter()
     cols = columns(F)
-    seed, n0 = seed_lipschitz(F, pair_eps, *index.neighbour_pairs(), power=power, cols=cols)
+    seed, n0 = seed_lipschitz(F, pair_eps, *index.seed_pairs(), power=power, cols=cols)
     (c, bi, bj), n1, visited = walk_lipschitz(index, F, pair_eps, seed, power=power, cols=cols)
     logger.debug("pruned row Lipschitz: N=%d m=%d, %d node pairs, %d pairs exact, %.3f s",
                  index.N, F.shape[0], visited, n0 + n1, time.perf_counter() - t0)

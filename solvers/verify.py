@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -33,6 +34,9 @@ class Draft:
     status: str = "optimal"
     notes: list[str] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
+    #: (F, constraint set, u, agg, max ratio, worst pair) of a scan the method already made of
+    #: exactly this u: :func:`finalize` then scales back from it without scanning u again.
+    scanned: tuple[Any, Any, np.ndarray, str, float, Any] | None = None
 
 
 def objective(loss: str, w: np.ndarray, beta: np.ndarray, F: QueryMatrix,
@@ -88,19 +92,28 @@ def finalize(F: QueryMatrix, cs: ConstraintSet, draft: Draft, *, method: str, lo
     u = np.array(draft.u, dtype=float)
     notes = list(draft.notes)
     scaled_back = False
+    known = draft.scanned
     for _ in range(4):
         w, beta, u_eff = _split(u, draft.w)
-        sc = cs.scan(F, multiplier * u_eff, memory_bytes=memory_bytes, agg=agg, tag="finalize")
-        if sc.max_ratio <= 1.0 + RATIO_TOL:
-            break
-        if not np.isfinite(sc.max_ratio):
-            assert sc.worst is not None  # an infinite max ratio comes from a constrained pair
-            i, j = sc.worst
+        ratio: float
+        if (known is not None and known[0] is F and known[1] is cs and known[3] == agg
+                and not scaled_back and np.array_equal(known[2], multiplier * u_eff)
+                and known[4] > 1.0 + RATIO_TOL):
+            ratio, worst = known[4], known[5]  # the method's own scan of exactly this u
+        else:
+            sc = cs.scan(F, multiplier * u_eff, memory_bytes=memory_bytes, agg=agg,
+                         tag="finalize")
+            ratio, worst = sc.max_ratio, sc.worst
+            if ratio <= 1.0 + RATIO_TOL:
+                break
+        if not np.isfinite(ratio):
+            assert worst is not None  # an infinite max ratio comes from a constrained pair
+            i, j = worst
             raise InfeasibleError(
                 f"{method}: pair ({i}, {j}) has infinite privacy loss (eps_ij = 0 or an exact "
                 "answer on a separating query); no scaling can repair it", pair=(i, j))
-        notes.append(f"scaled u back by 1/{sc.max_ratio:.17g} (worst pair {sc.worst})")
-        u = u / (sc.max_ratio * (1.0 + 1e-15)) if scaled_back else u / sc.max_ratio
+        notes.append(f"scaled u back by 1/{ratio:.17g} (worst pair {worst})")
+        u = u / (ratio * (1.0 + 1e-15)) if scaled_back else u / ratio
         scaled_back = True
     else:  # pragma: no cover - defensive
         raise InfeasibleError(f"{method}: could not scale the design back to feasibility")

@@ -137,3 +137,29 @@ def test_shrinkage_with_n_improves_the_bound():
         assert bcd.objective <= objective("squared", np.ones(3), plain.beta, F, n) * (1 + 1e-6)
     # without n, bcd is the w = 1 exact problem
     assert design(F, cs, method="bcd").objective == pytest.approx(plain.objective, rel=1e-7)
+
+
+def test_finalize_scales_back_from_the_methods_own_scan_of_the_same_u():
+    """A scan the method already made of exactly u (same F, same set) sets the scale-back
+    without a second scan of u; the certificate is still finalize's own scan of the result."""
+    from solvers.verify import Draft, finalize
+
+    rng = np.random.default_rng(3)
+    P = rng.random((40, 2))
+    eps = np.sqrt(((P[:, None] - P[None]) ** 2).sum(-1))
+    cs = ConstraintSet.dense(eps)
+    F = rng.random((3, 40))
+    u = np.array([4.0, 1.0, 2.0])
+    sc = cs.scan(F, u)
+    assert sc.max_ratio > 1.5
+    for scanned, scans in (((F, cs, u.copy(), "sum", sc.max_ratio, sc.worst), 1),
+                           ((F.copy(), cs, u.copy(), "sum", sc.max_ratio, sc.worst), 2),
+                           ((F, cs, u * 2, "sum", sc.max_ratio, sc.worst), 2),
+                           (None, 2)):
+        before = cs.stats.snapshot()
+        res = finalize(F, cs, Draft(u=u.copy(), scanned=scanned), method="exact",
+                       loss="squared", n=None, t0=0.0, memory_bytes=2**26)
+        assert cs.stats.since(before)["by"] == {"finalize": scans}
+        np.testing.assert_array_equal(res.u, u / sc.max_ratio)
+        assert res.report["certificate"]["max_ratio"] <= 1.0 + 1e-9
+        assert res.report["certificate"]["max_ratio"] == cs.scan(F, res.u).max_ratio

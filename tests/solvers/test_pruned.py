@@ -168,19 +168,35 @@ def test_every_method_feasible_over_all_pairs_and_same_optimum(method, loss, n):
     assert r.objective == pytest.approx(r0.objective, rel=1e-9)
 
 
-def test_neighbour_pairs_in_chunks_equal_one_query(monkeypatch):
-    """The nearest-neighbour seed pairs are the same whether queried at once or in chunks."""
-    from scipy.spatial import cKDTree
-
+def test_seed_pairs_are_near_pairs_of_each_leaf_and_split_into_spans():
+    """Seed pairs: within each k-d tree leaf the elements at offsets 2q and 2q + 1, each element
+    in at most one pair, i < j; spans of tree positions together give the same pairs, and the
+    tree is the old one (leaves split at the middle along the widest side)."""
     import solvers.pruned as pr
 
-    P = np.random.default_rng(5).random((700, 2))
-    P[10] = P[11]  # a duplicate point
-    monkeypatch.setattr(pr, "_NN_CHUNK", 64)
-    i, j = pr.GeometricIndex(P, 1.0).neighbour_pairs()
-    nb = cKDTree(P).query(P, k=5)[1]
-    a = np.repeat(np.arange(700), 4)
-    b = nb[:, 1:].ravel()
-    ok = a != b
-    want = np.unique(np.minimum(a[ok], b[ok]) * 700 + np.maximum(a[ok], b[ok]))
-    np.testing.assert_array_equal(i * 700 + j, want)
+    rng = np.random.default_rng(5)
+    for N, D in ((700, 2), (1001, 3), (37, 1)):
+        P = rng.random((N, D))
+        P[10] = P[11]  # a duplicate point
+        index = pr.GeometricIndex(P, 1.0, leafsize=8)
+        tree = index.tree
+        i, j = index.seed_pairs()
+        assert (i < j).all() and np.unique(np.r_[i, j]).size == 2 * i.size
+        starts = tree.starts(N, tree.L)
+        pos = np.empty(N, np.int64)
+        pos[tree.perm] = np.arange(N)
+        pi, pj = np.minimum(pos[i], pos[j]), np.maximum(pos[i], pos[j])
+        leaf = np.searchsorted(starts, pi, side="right") - 1
+        assert (pj == pi + 1).all() and ((pi - starts[leaf]) % 2 == 0).all()
+        assert (pj < np.append(starts[1:], N)[leaf]).all()
+        sizes = np.diff(np.append(starts, N))
+        assert i.size == (sizes // 2).sum()
+        cuts = sorted({min(c, N) for c in (0, 3, 4, N // 2, 100, 101, N)})
+        parts = [tree.seed_pairs(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+        got = np.sort(np.concatenate([a * N + b for a, b in parts]))
+        np.testing.assert_array_equal(got, np.sort(i * N + j))
+        for lev in range(tree.L + 1):  # every node: its points inside its box
+            b = tree.starts(N, lev)
+            seg = np.repeat(np.arange(b.size), np.diff(np.append(b, N)))
+            Pp = P[tree.perm]
+            assert (Pp >= tree.lo[lev][seg]).all() and (Pp <= tree.hi[lev][seg]).all()
