@@ -43,13 +43,15 @@ from experiments._common import RESULTS_DIR, default_outdir, format_table, parse
 from solvers.channels.optimal import solve_dx_lp
 from solvers.channels.separation import check_all_pairs, check_edges
 from solvers.channels.symmetry import square_symmetries
+from solvers.channels.warm_start import grid_columns, grid_duals
 
 NAME = "local_optimal_scale"
 COLUMNS = ["setting", "N", "metric", "loss", "prior", "eps_per_unit", "target_gap", "time_limit",
            "seconds", "expected_loss", "lower_bound", "gap", "status", "rounds", "pairs",
            "graph_edges", "group_order", "plain_seconds", "plain_loss", "plain_status",
            "planar_loss", "planar_se", "ratio_planar", "private", "checked", "worst_ratio",
-           "check_seconds", "peak_rss_gb", "load_start", "load_end"]
+           "check_seconds", "peak_rss_gb", "load_start", "load_end", "warm_from", "warm_seconds",
+           "warm_gap", "first_bound"]
 
 
 def grid_points(side: int) -> np.ndarray:
@@ -103,19 +105,40 @@ def grid_edges(side: int) -> tuple[np.ndarray, np.ndarray]:
 
 def one(setting: str, pts: np.ndarray, metric: str, eps_unit: float, loss: str, prior_name: str,
         prior: np.ndarray | None, *, gap: float, time_limit: float, plain_max: int, samples: int,
-        seed: int, check_all_max: int = 2500) -> dict:
+        seed: int, check_all_max: int = 2500, warm_from: int | None = None) -> dict:
     load0 = _load()
-    d = cdist(pts, pts)
-    eps = cdist(pts, pts, "cityblock") if metric == "manhattan" else d.copy()
-    eps *= eps_unit  # (in place: N² floats each)
-    L = d if loss == "distance" else d ** 2  # noqa: N806
     t0 = time.perf_counter()
-    r = solve_dx_lp(eps, L, prior, method="lagrangian", gap=gap, time_limit=time_limit,
-                    symmetries=square_symmetries(pts))
+    warm: dict = {"warm_from": np.nan, "warm_seconds": np.nan, "warm_gap": np.nan}
+    start, columns = None, None
+    if warm_from and setting.startswith("grid") and warm_from ** 2 < len(pts):
+        # the smaller grid first (its time counts in this row's seconds), its multipliers mapped
+        # onto this grid by distance to the edges
+        side = int(round(np.sqrt(len(pts))))
+        small = grid_points(warm_from)
+        w_prior = None if prior is None else grid_population(warm_from)
+        l_small, e_small = _matrices(small, metric, eps_unit, loss)
+        ws = solve_dx_lp(e_small, l_small, w_prior, method="lagrangian", gap=gap,
+                         time_limit=time_limit / 4, symmetries=square_symmetries(small))
+        start = grid_duals(ws.info["duals"], warm_from, side, w_prior, prior)
+        columns = grid_columns(ws.T, warm_from, side)
+        warm = {"warm_from": warm_from, "warm_seconds": time.perf_counter() - t0, "warm_gap": ws.gap}
+        del ws, l_small, e_small
+    d, eps = _matrices(pts, metric, eps_unit, None)
+    L = d if loss == "distance" else d ** 2  # noqa: N806
+    if loss != "distance":
+        del d
+    r = solve_dx_lp(eps, L, prior, method="lagrangian", gap=gap,
+                    time_limit=time_limit - (time.perf_counter() - t0),
+                    symmetries=square_symmetries(pts), start_duals=start,
+                    start_columns=columns)
     secs = time.perf_counter() - t0
+    hist = r.info["history"]
+    first_bound = next((h[2] for h in hist if np.isfinite(h[2])), np.nan)
     t_check = time.perf_counter()
     if len(pts) <= check_all_max or metric != "manhattan":
-        private, worst, _ = check_all_pairs(r.T, eps, rtol=1e-9)
+        # one column per orbit of the square's symmetries that leave T and eps exactly unchanged
+        # (checked entry by entry), every pair of it: exact
+        private, worst, _ = check_all_pairs(r.T, eps, rtol=1e-9, group=square_symmetries(pts))
         checked = "all pairs"
     else:  # the grid's edges imply every pair of the Manhattan metric (their paths are checked)
         i, j = grid_edges(int(round(np.sqrt(len(pts)))))
@@ -144,7 +167,19 @@ def one(setting: str, pts: np.ndarray, metric: str, eps_unit: float, loss: str, 
             "plain_loss": plain_l, "plain_status": plain_st, "planar_loss": pl, "planar_se": se,
             "ratio_planar": pl / facts["expected_loss"], "private": bool(private), "checked": checked,
             "worst_ratio": worst, "check_seconds": check_s, "peak_rss_gb": _peak_gb(),
-            "load_start": load0, "load_end": _load()}
+            "load_start": load0, "load_end": _load(), **warm, "first_bound": first_bound}
+
+
+def _matrices(pts: np.ndarray, metric: str, eps_unit: float,
+              loss: str | None) -> tuple[np.ndarray, np.ndarray]:
+    """(loss or distance, budgets): the Euclidean distance (squared for the squared loss; as is
+    when ``loss`` is None) and ε times the metric, each made once (N² floats each)."""
+    d = cdist(pts, pts)
+    eps = cdist(pts, pts, "cityblock") if metric == "manhattan" else d.copy()
+    eps *= eps_unit
+    if loss == "squared":
+        d **= 2
+    return d, eps
 
 
 def plan(grids: list[int], cities: list[int], metrics: list[str], losses: list[str],
@@ -172,7 +207,8 @@ def run(quick: bool = False, seed: int = 0, outdir: Path = RESULTS_DIR, *,
         grids: list[int] | None = None, cities: list[int] | None = None,
         metrics: list[str] | None = None, losses: list[str] | None = None,
         priors: list[str] | None = None, gap: float = 1e-3, time_limit: float = 600.0,
-        plain_max: int = 100, samples: int = 2000, append: bool = False) -> pd.DataFrame:
+        plain_max: int = 100, samples: int = 2000, append: bool = False,
+        warm_from: int | None = None) -> pd.DataFrame:
     if quick:
         grids, cities = grids or [4, 5], cities if cities is not None else [15]
         time_limit, samples, plain_max = min(time_limit, 60.0), 500, min(plain_max, 25)
@@ -188,7 +224,8 @@ def run(quick: bool = False, seed: int = 0, outdir: Path = RESULTS_DIR, *,
     for setting, pts, metric, e, pr, w in plan(grids, cities, metrics, losses, priors):
         for loss in losses:
             rows.append(one(setting, pts, metric, e, loss, pr, w, gap=gap, time_limit=time_limit,
-                            plain_max=plain_max, samples=samples, seed=seed))
+                            plain_max=plain_max, samples=samples, seed=seed,
+                            warm_from=warm_from))
             print({k: rows[-1][k] for k in ("setting", "metric", "loss", "prior", "seconds",
                                              "gap", "status", "private", "load_start")}, flush=True)
             df = pd.DataFrame(rows, columns=COLUMNS)
@@ -235,6 +272,9 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     p.add_argument("--time-limit", type=float, default=600.0, help="seconds per solve (default 600)")
     p.add_argument("--plain-max", type=int, default=100,
                    help="largest N for the plain HiGHS LP (default 100)")
+    p.add_argument("--warm-from", type=int, default=None,
+                   help="solve a grid of this side first and start from its multipliers "
+                        "(its time counts in the row's seconds)")
     p.add_argument("--append", action="store_true",
                    help="add the rows to the CSV already in the output directory")
     a = p.parse_args(argv)
@@ -242,7 +282,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     t0 = time.perf_counter()
     df = run(a.quick, a.seed, outdir, grids=a.grids, cities=a.cities, metrics=a.metrics,
              losses=a.losses, priors=a.priors, gap=a.gap, time_limit=a.time_limit,
-             plain_max=a.plain_max, append=a.append)
+             plain_max=a.plain_max, append=a.append, warm_from=a.warm_from)
     print(format_table(summarize(df)))
     print(f"[{NAME}] {time.perf_counter() - t0:.1f} s; wrote {outdir / (NAME + '.csv')}")
     return df

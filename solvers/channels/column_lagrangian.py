@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -62,7 +63,7 @@ from scipy.sparse.csgraph import shortest_path
 from solvers.channels.lp_parts import add_ratio_rows, nearest_pairs, new_highs
 from solvers.channels.separation import kernel, lift, worst_violations
 
-__all__ = ["ColumnResult", "solve_by_columns"]
+__all__ = ["ColumnResult", "solve_by_columns", "expand"]
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,7 @@ class ColumnResult:
     group_order: int
     outputs_priced: int  # orbits of outputs (N without symmetry)
     history: tuple[tuple[float, float, float], ...] = ()  # (seconds, master value, best bound)
+    duals: np.ndarray | None = None  # the multipliers u of the best bound (N,)
 
 
 class _Pricer:
@@ -122,6 +124,7 @@ class _Pricer:
             self.x: np.ndarray = _NONE
             self.y: np.ndarray = _NONE
             self.eb: np.ndarray = np.zeros(0)
+            self.b: np.ndarray = np.zeros(0)
             self.skip: np.ndarray = np.zeros(0, dtype=bool)
             near = _near_rows(eps, neighbours)  # (n, k): each input's nearest inputs
             a = np.repeat(np.arange(n), near.shape[1])
@@ -134,7 +137,7 @@ class _Pricer:
             rows0 = self.start_x.size + 2 * n
         else:
             assert x is not None and y is not None and b is not None
-            self.x, self.y = x, y
+            self.x, self.y, self.b = x, y, b
             # pairs with budgets above CAP stay out of the LPs (HiGHS cannot handle coefficients
             # like e^400; leaving rows out keeps the bound valid) and each column is then lifted
             # to the least vector above it that satisfies every pair (closure below)
@@ -189,6 +192,24 @@ class _Pricer:
             add_ratio_rows(h, xs, ys, eb)
         return h
 
+    def feasible(self, v: np.ndarray) -> np.ndarray:
+        """The least vector above ``v`` (entries in [0, 1]) that satisfies every pair, capped at 1:
+        ``max_x v[x] exp(-D[x, y])`` for D the path metric of the pair budgets."""
+        if self.dense:
+            assert self.K is not None
+            return np.minimum(lift(v, self.K), 1.0)
+        if self.closure is not None:
+            return np.minimum(np.max(v[:, None] * self.closure, axis=0), 1.0)
+        # log v'[y] = max_x (log v[x] - D[x, y]): shortest paths from a source joined to each x
+        # at length -log v[x] (>= 0), over the pairs x -> y of length b
+        pos = np.flatnonzero(v > 0)
+        src = self.n
+        g = csr_matrix((np.concatenate([self.b, -np.log(v[pos]) + 1e-300]),
+                        (np.concatenate([self.x, np.full(pos.size, src)]),
+                         np.concatenate([self.y, pos]))), shape=(self.n + 1, self.n + 1))
+        dist = shortest_path(g, method="D", directed=True, indices=src)[:self.n]
+        return np.minimum(np.exp(-dist), 1.0)
+
     def n_rows(self) -> int:
         return int(sum(sum(r[0].size for r in rows) for rows in self.rows.values()))
 
@@ -214,11 +235,15 @@ class _Pricer:
         added[bad] = True
         return self.x[bad], self.y[bad], self.eb[bad]
 
-    def solve(self, z: int, g: np.ndarray) -> tuple[np.ndarray | None, float]:
+    def solve(self, z: int, g: np.ndarray,
+              stop_at: float | None = None) -> tuple[np.ndarray | None, float]:
         """A vertex ``v`` of P of least ``<g, v>`` (pair rows within ``tol``) and a proven lower
-        bound on that least value (``v`` None if HiGHS did not solve the LP; the bound is then
-        the weak ``sum(min(g, 0))``)."""
+        bound on that least value (``v`` None if HiGHS did not solve the LP, or if the clock is
+        past ``stop_at``; the bound is then the weak ``sum(min(g, 0))``: ``0 <= v <= 1``)."""
         import highspy
+
+        if stop_at is not None and time.perf_counter() > stop_at:
+            return None, float(np.minimum(g, 0.0).sum())
 
         if self.keep:
             h = self.models[z]
@@ -316,6 +341,38 @@ def _near_rows(eps: np.ndarray, k: int, block: int = 512) -> np.ndarray:
     return out
 
 
+def expand(W: np.ndarray, P: np.ndarray, reps: np.ndarray) -> np.ndarray:  # noqa: N803
+    """The (N, N) channel of the representative columns ``W`` (N, m) under the group ``P``
+    (|G|, N): ``T[p[x], p[reps[k]]] = Wbar[x, k]``, ``Wbar`` the average of ``W[:, k]`` over the
+    stabiliser of ``reps[k]``.
+
+    The group average of the master's solution, built so that ``T[p[x], p[z]] == T[x, z]``
+    holds *exactly* in floating point: the stabiliser averages are sums of the same sorted
+    numbers for every point of an orbit, and every other column is a copy of one of them. So a
+    check of one column per orbit of outputs is a check of every column
+    (:func:`solvers.channels.separation.check_all_pairs` with a group).
+    """
+    n, m = W.shape
+    G = P.shape[0]  # noqa: N806
+    inv = np.empty_like(P)
+    inv[np.arange(G)[:, None], P] = np.arange(n)[None, :]
+    Wbar = np.empty((n, m))  # noqa: N806
+    for k, r in enumerate(reps.tolist()):
+        st = np.flatnonzero(P[:, r] == r)  # the stabiliser of r
+        # Wbar[y] = mean over s of W[s^-1[y]]: the same multiset of numbers for y and s'[y]
+        vals = np.sort(W[inv[st], k], axis=0)
+        Wbar[:, k] = vals.sum(axis=0) / st.size
+    T = np.zeros((n, n))  # noqa: N806
+    done = np.zeros(n, dtype=bool)
+    for p in P:  # column p[r] is Wbar[:, k] moved by p, for the first p that reaches it
+        z = p[reps]
+        new = ~done[z]
+        if new.any():
+            T[np.ix_(p, z[new])] = Wbar[:, new]
+            done[z[new]] = True
+    return T
+
+
 def _start_columns(n: int, x: np.ndarray | None, y: np.ndarray | None, b: np.ndarray | None,
                    eps: np.ndarray, outputs: np.ndarray,
                    block: int = 512) -> list[tuple[int, np.ndarray]]:
@@ -348,13 +405,16 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray | None, y:
                      alpha: float = 0.5, box: float = 3.0, neighbours: int = 8,
                      tol: float = 1e-10, workers: int = 2, purge_age: int = 10,
                      start_duals: np.ndarray | None = None, stall: int = 25,
-                     model_bytes: float = 3e9) -> ColumnResult:
+                     model_bytes: float = 3e9, row_weight: np.ndarray | None = None,
+                     start_columns: Callable[[int], np.ndarray] | None = None,
+                     recentre: bool = True, warm_box: float = 0.2) -> ColumnResult:
     """Solve ``min <cost, T>`` over row-stochastic T with ``T[x, z] <= exp(b) T[y, z]`` on the pairs.
 
     Parameters
     ----------
     cost : array (N, N)
-        ``prior[x] · loss[x, z]``.
+        ``prior[x] · loss[x, z]``, or ``loss[x, z]`` alone with ``row_weight`` the prior (the
+        product is then formed one column at a time: no second N² matrix).
     eps : array (N, N)
         Pair budgets (start columns and the lazy pricing models' first rows).
     x, y, b : arrays or None
@@ -388,6 +448,19 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray | None, y:
         Memory allowed for keeping every pricing LP between rounds (about 1 600 bytes per
         variable and row each); above it each LP is rebuilt per solve from its rows and last
         basis (slower, but the memory stays that of one LP per worker).
+    row_weight : array (N,), optional
+        The cost is ``row_weight[x] · cost[x, z]`` (default: ``cost`` itself).
+    start_columns : callable, optional
+        ``start_columns(z)``: a nonnegative column (N,) for output z to add to the master at the
+        start (e.g. a coarser grid's solution, :func:`solvers.channels.warm_start.grid_columns`),
+        scaled to a largest entry of 1 and lifted to the least vector above it that satisfies
+        every pair; called for one output per orbit.
+    recentre : bool
+        Centre the box of the master's duals on the multipliers of the best bound so far
+        (boxstep) instead of on 0.
+    warm_box : float
+        With ``start_duals``, the box's half-width as a fraction of each start multiplier
+        (widened tenfold on the rows whose slack the master still uses when the gap is met).
     stall : int
         Stop (status ``"Stalled"``) when neither the master's value nor the bound has moved for
         this many rounds: near the solvers' tolerances (relative gaps of about 1e-7 at N = 900)
@@ -425,16 +498,29 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray | None, y:
     master.setOptionValue("simplex_strategy", 4)  # primal: adding columns keeps the basis feasible
     master.addRows(m, np.ones(m), np.ones(m), 0, _NONE, _NONE, np.zeros(0))  # row sums per orbit
     master.addRows(m, np.full(m, -np.inf), np.ones(m), 0, _NONE, _NONE, np.zeros(0))  # convexity
-    scale = np.array([max(float(np.max(np.abs(cost[o]))), 1e-300) for o in reps]) * size
+    wgt = None if row_weight is None else np.asarray(row_weight, dtype=float)
+    # the representatives' cost columns (N x m), formed once: the only part of the cost used
+    C = np.empty((n, m))  # noqa: N806
+    for k, z in enumerate(reps.tolist()):
+        C[:, k] = cost[:, z] if wgt is None else wgt * cost[:, z]
+    scale = np.array([max(float(np.max(np.abs(cost[o]))) * (1.0 if wgt is None else float(wgt[o])),
+                          1e-300) for o in reps]) * size
     # one penalty per row, from that row's own costs: with a skewed prior (a population) the rows
     # differ by orders of magnitude, and one penalty for all leaves the light rows' multipliers
     # unstabilised (measured: no positive bound in 300 s on a 20 x 20 grid under the US cities'
     # population; with per-row penalties 0.5 % at 300 s)
     pen = box * np.concatenate([scale, scale]) if box > 0 else np.zeros(0)
     ns = pen.size
+    # the box of the duals is centred (boxstep, Marsten et al. 1975): the slack columns cost
+    # centre + pen (s+) and pen - centre (s-), so the master's row duals stay within pen of the
+    # centre, which follows the multipliers of the best bound (from the warm start on)
+    centre = np.zeros(m)
+
+    def slack_cost() -> np.ndarray:
+        return np.concatenate([centre + pen[:m], pen[m:] - centre])
     slack_idx = np.arange(ns, dtype=np.int32)
     if ns:
-        master.addCols(ns, pen, np.zeros(ns), np.full(ns, np.inf), ns, slack_idx,
+        master.addCols(ns, slack_cost(), np.zeros(ns), np.full(ns, np.inf), ns, slack_idx,
                        np.tile(np.arange(m, dtype=np.int32), 2), np.repeat([1.0, -1.0], m))
     col_k: list[int] = []
     col_v: list[np.ndarray] = []
@@ -450,7 +536,7 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray | None, y:
         about that much, and are normalised afterwards)."""
         a = size[k] * lift(v)
         a[a < _SMALL] = 0.0
-        return size[k] * float(cost[:, int(reps[k])] @ v), a
+        return size[k] * float(C[:, k] @ v), a
 
     def add(k: int, v: np.ndarray) -> None:
         c, a = column(k, v)
@@ -466,7 +552,23 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray | None, y:
     start = _start_columns(n, x, y, b, eps, reps)
     for z, v in start[0::3] + start[1::3] + start[2::3]:  # (kept for good: see the purge below)
         add(k_of[z], v)
-    best_lb, u_best = -np.inf, None if start_duals is None else np.asarray(start_duals, float)
+    del start
+    if start_columns is not None:  # e.g. a coarser grid's columns: made feasible by the lift
+        for k, z in enumerate(reps.tolist()):
+            v = np.clip(np.asarray(start_columns(z), dtype=float), 0.0, None)
+            if v.shape == (n,) and v.max() > 0:
+                add(k, pricer.feasible(v / v.max()))
+    u_start = None
+    if start_duals is not None:  # averaged over each orbit: the bound prices one output per orbit
+        sd = np.asarray(start_duals, dtype=float)
+        if sd.shape != (n,):
+            raise ValueError(f"start_duals has shape {sd.shape}, expected ({n},)")
+        u_start = (np.bincount(orb, weights=sd, minlength=m) / size)[orb]
+        if ns and recentre:  # a box of +-warm_box of each multiplier around the warm start
+            centre = u_start[reps] * size
+            pen = np.tile(np.maximum(warm_box * np.abs(centre), 1e-6 * scale), 2)
+            master.changeColsCost(ns, slack_idx, slack_cost())
+    best_lb, u_best = -np.inf, u_start
     a, rounds, status, t_master, t_price = alpha, 0, "Optimal", 0.0, 0.0
     slack_off = False  # the master was last solved with the slack columns fixed at 0
     best_free, W_best = np.inf, None
@@ -537,19 +639,28 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray | None, y:
                 # no: widen the box of the rows that use slack
                 rows = used[:m] | used[m:]
                 pen[np.concatenate([rows, rows])] *= 10.0
-                master.changeColsCost(ns, slack_idx, pen)
+                master.changeColsCost(ns, slack_idx, slack_cost())
                 continue
             u = mu[orb] / size[orb]  # the master's multipliers, spread over each orbit
-            if u_best is not None and a > 0:
+            if u_start is not None and rounds == 1:  # a warm start: its bound first
+                u_s = u_start
+            elif u_best is not None and a > 0:
                 u_s = a * u_best + (1 - a) * u
             else:
                 u_s = u
             tp = time.perf_counter()
-            out = list(ex.map(pricer.solve, reps.tolist(), (cost[:, z] - u_s for z in reps.tolist())))
+            # past the time limit the outputs not yet priced get the weak bound sum(min(g, 0))
+            # (valid for any g), so a round never runs far beyond the limit
+            stop_at = None if time_limit is None else t0 + time_limit
+            out = list(ex.map(pricer.solve, reps.tolist(), (C[:, k] - u_s for k in range(m)),
+                              [stop_at] * m))
             t_price += time.perf_counter() - tp
             lb = float(u_s.sum() + sum(size[k] * out[k][1] for k in range(m)))
             if lb > best_lb:
                 best_lb, u_best = lb, u_s
+                if ns and recentre:
+                    centre = u_s[reps] * size
+                    master.changeColsCost(ns, slack_idx, slack_cost())
             added = 0
             # columns must improve on the master by more than its own dual tolerance, else
             # HiGHS sees nothing to do and the same columns come back every round
@@ -592,12 +703,12 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray | None, y:
     W = mix(np.asarray(master.getSolution().col_value)[ns:])  # noqa: N806
     if best_free < obj and W_best is not None:  # an earlier master was the better channel
         obj, W = best_free, W_best  # noqa: N806
-    stab = G / size  # stabiliser order of each orbit
-    T = np.zeros((n, n))  # noqa: N806
-    for p in P:  # T[p[x], p[z]] = T[x, z]: every image of each representative column
-        T[np.ix_(p, p[reps])] += W / stab
+    solves, prows = pricer.solves, pricer.n_rows()
+    del col_v[:], pricer  # (the column store and the kernel: free them before T's N² floats)
+    T = expand(W, P, reps)  # noqa: N806
     return ColumnResult(T=T, objective=obj, lower_bound=float(best_lb), status=status,
-                        rounds=rounds, columns=len(col_k), pricing_solves=pricer.solves,
-                        pricing_rows=pricer.n_rows(), pricing_seconds=t_price,
+                        rounds=rounds, columns=len(col_k), pricing_solves=solves,
+                        pricing_rows=prows, pricing_seconds=t_price,
                         master_seconds=t_master, group_order=G, outputs_priced=m,
-                        history=tuple(history))
+                        history=tuple(history),
+                        duals=None if u_best is None else np.asarray(u_best, dtype=float))

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,8 +116,9 @@ def _repair(T: np.ndarray, x: np.ndarray, y: np.ndarray, b: np.ndarray) -> tuple
     T = np.clip(T, 0.0, None, out=T)  # noqa: N806  # in place: T is the solver's own array
     T /= T.sum(axis=1, keepdims=True)
     viol = 0.0
-    for s in range(0, x.size, 4096):
-        xs, ys, bs = x[s:s + 4096], y[s:s + 4096], b[s:s + 4096]
+    step = max(1, min(4096, 2 ** 22 // n))  # (pairs per block: at most ~4M floats a block)
+    for s in range(0, x.size, step):
+        xs, ys, bs = x[s:s + step], y[s:s + step], b[s:s + step]
         viol = max(viol, float(np.max(T[xs] - np.exp(bs)[:, None] * T[ys])))
     if viol <= 0:
         return T, 0.0
@@ -130,17 +132,39 @@ def _repair(T: np.ndarray, x: np.ndarray, y: np.ndarray, b: np.ndarray) -> tuple
     return T, float(lam)
 
 
-def _repair_dense(T: np.ndarray, eps: np.ndarray) -> tuple[np.ndarray, float]:  # noqa: N803
-    """:func:`_repair` for every pair of ``eps`` (one input at a time: no pair list, N³ steps)."""
+def _repair_dense(T: np.ndarray, eps: np.ndarray,  # noqa: N803
+                  group: list[np.ndarray] | None = None) -> tuple[np.ndarray, float]:
+    """:func:`_repair` for every pair of ``eps`` (one input at a time: no pair list, N³ steps).
+
+    With ``group`` (permutations under which ``eps`` is exactly unchanged), the row sums are
+    taken equal on each orbit of inputs, so that a ``T`` with ``T[p[x], p[z]] == T[x, z]``
+    exactly keeps that property; when it has it (checked entry by entry), the violation is
+    measured on one column per orbit of outputs (the others hold the same numbers under the
+    same budgets), about ``|G|`` times fewer steps. The mixing with the uniform matrix keeps
+    the property too.
+    """
+    from solvers.channels.symmetry import invariant_group, orbits
+
     n = T.shape[0]
     T = np.clip(T, 0.0, None, out=T)  # noqa: N806  # in place: T is the solver's own array
-    T /= T.sum(axis=1, keepdims=True)
+    rs = T.sum(axis=1)
+    cols = np.arange(n)
+    if group and len(group) > 1:
+        orb = orbits(group, n)
+        first = np.unique(orb, return_index=True)[1]
+        rs = rs[first[orb]]  # (equal on each orbit: the division keeps the symmetry exact)
+        T /= rs[:, None]
+        if len(invariant_group(group, [T])) == len(group):
+            cols = first
+    else:
+        T /= rs[:, None]
+    Tc = T if cols.size == n else T[:, cols]  # noqa: N806
     viol, low = 0.0, np.inf
     with np.errstate(over="ignore", invalid="ignore"):
         for x in range(n):  # (the pair (x, x) gives 0: it never raises viol above 0)
             e = eps[x]
             low = min(low, float(np.min(e[np.arange(n) != x])))
-            m = T[x][None, :] - np.exp(e)[:, None] * T
+            m = Tc[x][None, :] - np.exp(e)[:, None] * Tc
             viol = max(viol, float(np.nanmax(m)))
     if viol <= 0:
         return T, 0.0
@@ -151,6 +175,12 @@ def _repair_dense(T: np.ndarray, eps: np.ndarray) -> tuple[np.ndarray, float]:  
     T *= 1 - lam
     T += lam / n
     return T, float(lam)
+
+
+def _expected_loss(pi: np.ndarray, T: np.ndarray, L: np.ndarray, block: int = 256) -> float:  # noqa: N803
+    """``sum_x pi[x] sum_z T[x, z] L[x, z]`` in row blocks (no N² temporary)."""
+    return float(sum(pi[s:s + block] @ np.einsum("xz,xz->x", T[s:s + block], L[s:s + block])
+                     for s in range(0, T.shape[0], block)))
 
 
 def _add_pair_rows(h: Any, n: int, xs: np.ndarray, ys: np.ndarray, bs: np.ndarray, zs: np.ndarray) -> None:
@@ -216,7 +246,8 @@ def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
                 time_limit: float | None = None, lp_solver: str = "simplex",
                 pricing_batch: int | None = None, gap: float | None = None,
                 symmetries: list[np.ndarray] | None = None, workers: int = 2,
-                start_duals: np.ndarray | None = None) -> LPResult:
+                start_duals: np.ndarray | None = None,
+                start_columns: Callable[[int], np.ndarray] | None = None) -> LPResult:
     """Solve the optimal d_X-local randomiser LP.
 
     Parameters
@@ -278,7 +309,13 @@ def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
     workers : int
         With ``"lagrangian"``, pricing LPs solved in parallel.
     start_duals : array (N,), optional
-        With ``"lagrangian"``, row multipliers to start from (a warm start).
+        With ``"lagrangian"``, row multipliers to start from (a warm start; averaged over each
+        orbit of the symmetries used), e.g. a smaller grid's
+        (:func:`solvers.channels.warm_start.grid_duals`).
+    start_columns : callable, optional
+        With ``"lagrangian"``, ``start_columns(z)``: a column for output z to start the master
+        with (made feasible by lifting), e.g. a smaller grid's channel moved onto this one
+        (:func:`solvers.channels.warm_start.grid_columns`).
 
     Returns
     -------
@@ -317,7 +354,6 @@ def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
     else:
         x, y, b = constraint_pairs(e, edges, dilation)
         n_pairs = int(x.size)
-    c = (pi[:, None] * L).ravel()
     build = time.perf_counter() - t0
     t1 = time.perf_counter()
     if method not in ("lagrangian", "dantzig_wolfe", "cutting_planes", "direct"):
@@ -332,20 +368,26 @@ def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
                          f"nats (the largest is {float(b.max()):.4g}): HiGHS rejects the "
                          "coefficient exp(budget); use method='lagrangian'")
     lower = -np.inf
+    group = None
+    # the cost pi[x] L[x, z]: formed whole only by the methods for small N (the column
+    # decomposition forms the columns it prices, so that only eps, L and T are N x N)
+    c = None if method == "lagrangian" else (pi[:, None] * L).ravel()
     if method == "lagrangian":
         from solvers.channels.symmetry import invariant_group
 
-        cost = c.reshape(n, n)
-        group = invariant_group(list(symmetries), [e, cost]) if symmetries else None
+        # symmetries of eps, L and the prior are symmetries of the cost pi[x] L[x, z]
+        group = invariant_group(list(symmetries), [e, L], [pi]) if symmetries else None
         if group is not None and edges is not None and not dense:  # pair set invariant too
             pairs = np.zeros((n, n), dtype=bool)
             pairs[x, y] = True
             group = invariant_group(group, [pairs])
         listed = (None, None, None) if dense else (x, y, b)
-        cl = solve_by_columns(cost, e, *listed, group=group, gap=1e-6 if gap is None else gap,
+        cl = solve_by_columns(L, e, *listed, row_weight=pi, group=group,
+                              gap=1e-6 if gap is None else gap,
                               time_limit=time_limit,
                               max_rounds=100_000 if max_rounds is None else max_rounds,
-                              workers=workers, start_duals=start_duals, neighbours=neighbours)
+                              workers=workers, start_duals=start_duals, neighbours=neighbours,
+                              start_columns=start_columns)
         Tx, fun, rows, lower = cl.T, cl.objective, cl.pricing_rows, cl.lower_bound  # noqa: N806
         info: dict[str, Any] = {"status": cl.status, "rounds": cl.rounds, "pairs": n_pairs,
                 "lower_bound": cl.lower_bound, "columns": cl.columns,
@@ -353,8 +395,9 @@ def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
                 "pricing_solves": cl.pricing_solves, "pricing_seconds": cl.pricing_seconds,
                 "master_seconds": cl.master_seconds,
                 "graph_edges": graph is not None,
-                "history": cl.history}
+                "history": cl.history, "duals": cl.duals}
     elif method == "dantzig_wolfe":
+        assert c is not None
         dw = dantzig_wolfe(c.reshape(n, n), e, x, y, b, time_limit=time_limit,
                            max_rounds=100_000 if max_rounds is None else max_rounds,
                            batch=pricing_batch)
@@ -366,6 +409,7 @@ def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
                 "purged": dw.purged}
         lower = dw.lower_bound
     elif method == "cutting_planes":
+        assert c is not None
         Tx, fun, rows, rounds, status = _cutting_planes(  # noqa: N806
             c, n, x, y, b, e, neighbours=neighbours, tol=1e-10, time_limit=time_limit,
             max_rounds=200 if max_rounds is None else max_rounds, lp_solver=lp_solver)
@@ -373,6 +417,7 @@ def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
         if "ptimal" in status:  # the last round's LP is a relaxation: its optimum is a bound
             lower = fun
     else:  # "direct" (the method was checked above)
+        assert c is not None
         A_ub = _constraints(n, x, y, b)  # noqa: N806
         A_eq = sp.kron(sp.identity(n, format="csr"), np.ones((1, n)), format="csr")  # noqa: N806
         opts: dict[str, Any] = {"primal_feasibility_tolerance": 1e-10}
@@ -391,8 +436,8 @@ def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
         log.warning("the LP stopped before optimality (%s): the repaired T is private but its loss "
                     "may be far from optimal", info["status"])
     Tx = np.array(Tx, dtype=float, copy=not Tx.flags.owndata or not Tx.flags.writeable)  # noqa: N806
-    T, lam = _repair_dense(Tx, e) if dense else _repair(Tx, x, y, b)  # noqa: N806
+    T, lam = _repair_dense(Tx, e, group) if dense else _repair(Tx, x, y, b)  # noqa: N806
     T.setflags(write=False)
-    return LPResult(T=T, expected_loss=float(np.einsum("x,xz,xz->", pi, T, L)), lp_objective=fun,
+    return LPResult(T=T, expected_loss=_expected_loss(pi, T, L), lp_objective=fun,
                     n_constraints=rows, solve_seconds=solve, build_seconds=build, repair_weight=lam,
                     info=info, lower_bound=float(lower))

@@ -16,11 +16,12 @@ numpy only.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["square_symmetries", "invariant_group", "orbits"]
+__all__ = ["square_symmetries", "invariant_group", "is_invariant", "orbits"]
 
 
 def square_symmetries(coords: Any, decimals: int = 9) -> list[np.ndarray]:
@@ -64,14 +65,39 @@ def square_symmetries(coords: Any, decimals: int = 9) -> list[np.ndarray]:
     return perms
 
 
-def invariant_group(perms: list[np.ndarray], matrices: list[np.ndarray]) -> list[np.ndarray]:
-    """The permutations under which every (N, N) matrix is exactly unchanged:
-    ``A[p][:, p] == A`` (a subgroup when ``perms`` is a group)."""
+def invariant_group(perms: list[np.ndarray], matrices: list[np.ndarray],
+                    vectors: Sequence[np.ndarray] = (), block: int = 512) -> list[np.ndarray]:
+    """The permutations under which every (N, N) matrix and every (N,) vector is exactly
+    unchanged: ``A[p][:, p] == A`` and ``a[p] == a`` (a subgroup when ``perms`` is a group).
+    Compared in row blocks (no N² temporary)."""
     keep = []
     for p in perms:
-        if all(np.array_equal(np.asarray(a)[np.ix_(p, p)], a) for a in matrices):
-            keep.append(np.asarray(p, dtype=np.int64))
+        p = np.asarray(p, dtype=np.int64)
+        if is_invariant(p, matrices, vectors, block):
+            keep.append(p)
     return keep
+
+
+def is_invariant(p: np.ndarray, matrices: Sequence[np.ndarray], vectors: Sequence[np.ndarray] = (),
+                 block: int = 512) -> bool:
+    """``A[p[x], p[y]] == A[x, y]`` for every matrix and ``a[p[x]] == a[x]`` for every vector,
+    exactly (row blocks).
+
+    Examples
+    --------
+    >>> a = np.array([[0.0, 1, 2], [1, 0, 1], [2, 1, 0]])
+    >>> is_invariant(np.array([2, 1, 0]), [a]), is_invariant(np.array([1, 0, 2]), [a])
+    (True, False)
+    """
+    for v in vectors:
+        if not np.array_equal(np.asarray(v)[p], v):
+            return False
+    for a in matrices:
+        a = np.asarray(a)
+        for s in range(0, p.size, block):
+            if not np.array_equal(a[p[s:s + block]][:, p], a[s:s + block]):
+                return False
+    return True
 
 
 def orbits(perms: list[np.ndarray], n: int) -> np.ndarray:
