@@ -111,13 +111,13 @@ def one(setting: str, pts: np.ndarray, metric: str, eps_unit: float, loss: str, 
     warm: dict = {"warm_from": np.nan, "warm_seconds": np.nan, "warm_gap": np.nan}
     start, columns = None, None
     if warm_from and setting.startswith("grid") and warm_from ** 2 < len(pts):
-        # the smaller grid first (its time counts in this row's seconds), its multipliers mapped
-        # onto this grid by distance to the edges
+        # the smaller grid first, to a tenth of the gap (its time counts in this row's seconds);
+        # its multipliers and columns are mapped onto this grid by distance to the edges
         side = int(round(np.sqrt(len(pts))))
         small = grid_points(warm_from)
         w_prior = None if prior is None else grid_population(warm_from)
         l_small, e_small = _matrices(small, metric, eps_unit, loss)
-        ws = solve_dx_lp(e_small, l_small, w_prior, method="lagrangian", gap=gap,
+        ws = solve_dx_lp(e_small, l_small, w_prior, method="lagrangian", gap=gap / 10,
                          time_limit=time_limit / 4, symmetries=square_symmetries(small))
         start = grid_duals(ws.info["duals"], warm_from, side, w_prior, prior)
         columns = grid_columns(ws.T, warm_from, side)
