@@ -113,8 +113,8 @@ class _Pricer:
 
     def __init__(self, n: int, x: np.ndarray | None, y: np.ndarray | None, b: np.ndarray | None,
                  eps: np.ndarray, outputs: np.ndarray, neighbours: int, tol: float,
-                 model_bytes: float = 3e9) -> None:
-        self.n, self.tol, self.eps = n, tol, eps
+                 model_bytes: float = 3e9, lp_seconds: float = np.inf) -> None:
+        self.n, self.tol, self.eps, self.lp_seconds = n, tol, eps, lp_seconds
         self.dense = x is None
         self.K: np.ndarray | None = None
         self.closure: np.ndarray | None = None
@@ -253,8 +253,22 @@ class _Pricer:
                 _set_basis(h, *self.bases[z])
         self.solves += 1
         h.changeColsCost(self.n, np.arange(self.n, dtype=np.int32), g)
+        t_start, cuts, iters = time.perf_counter(), 0, 0
+        until = t_start + self.lp_seconds if stop_at is None else min(stop_at, t_start + self.lp_seconds)
+        timed_out = False
         while True:
+            # (HiGHS's time limit counts the model's run time over all its runs)
+            h.setOptionValue("time_limit", float(h.getRunTime()) + max(0.01, until - time.perf_counter()))
             h.run()
+            iters += 1
+            if h.getModelStatus() == highspy.HighsModelStatus.kTimeLimit:
+                # stopped: its current duals still give a valid bound (any w >= 0 does) and its
+                # current point, lifted, a column of P
+                timed_out = True
+                log.info("pricing LP of output %d stopped at its time limit (%.0f s)", z,
+                         time.perf_counter() - t_start)
+                v = np.clip(np.asarray(h.getSolution().col_value), 0.0, 1.0)
+                break
             if h.getModelStatus() != highspy.HighsModelStatus.kOptimal and not _retry(h):
                 log.warning("pricing LP of output %d: %s", z,
                             h.modelStatusToString(h.getModelStatus()))
@@ -271,6 +285,10 @@ class _Pricer:
             else:
                 self.rows[z].append(new)
             add_ratio_rows(h, *new)
+            cuts += new[0].size
+        if log.isEnabledFor(5):
+            log.log(5, "output %d: %d solves, %d rows added, %.2f s, %d simplex iterations", z,
+                    iters, cuts, time.perf_counter() - t_start, h.getInfo().simplex_iteration_count)
         xs = np.concatenate([r[0] for r in self.rows[z]])
         ys = np.concatenate([r[1] for r in self.rows[z]])
         eb = np.concatenate([r[2] for r in self.rows[z]])
@@ -285,7 +303,9 @@ class _Pricer:
             np.add.at(r, xs, w)
             np.add.at(r, ys, -eb * w)
             lb = float(np.minimum(r, 0.0).sum())
-        if self.dense:  # v'[y] = max_x v[x] exp(-eps[x, y]): in P (eps a metric), and >= v
+        if timed_out and not self.dense and self.closure is None:  # (rows may be violated)
+            v = self.feasible(v)
+        elif self.dense:  # v'[y] = max_x v[x] exp(-eps[x, y]): in P (eps a metric), and >= v
             assert self.K is not None
             v = np.minimum(lift(v, self.K), 1.0)
         elif self.closure is not None:  # the same over the path metric of the pair budgets
@@ -407,7 +427,8 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray | None, y:
                      start_duals: np.ndarray | None = None, stall: int = 25,
                      model_bytes: float = 3e9, row_weight: np.ndarray | None = None,
                      start_columns: Callable[[int], np.ndarray] | None = None,
-                     recentre: bool = True, warm_box: float = 0.2) -> ColumnResult:
+                     recentre: bool = True, warm_box: float = 0.2,
+                     lp_seconds: float = 120.0) -> ColumnResult:
     """Solve ``min <cost, T>`` over row-stochastic T with ``T[x, z] <= exp(b) T[y, z]`` on the pairs.
 
     Parameters
@@ -455,6 +476,11 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray | None, y:
         start (e.g. a coarser grid's solution, :func:`solvers.channels.warm_start.grid_columns`),
         scaled to a largest entry of 1 and lifted to the least vector above it that satisfies
         every pair; called for one output per orbit.
+    lp_seconds : float
+        Time limit of one pricing LP (with its cutting planes). An LP stopped by it still gives a
+        valid bound (from its current duals) and a column (its current point, lifted), so one
+        slow LP (HiGHS now and then takes minutes on a pricing LP with coefficients up to
+        ``exp(CAP)``) cannot hold up a round.
     recentre : bool
         Centre the box of the master's duals on the multipliers of the best bound so far
         (boxstep) instead of on 0.
@@ -492,7 +518,7 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray | None, y:
         average of v at each orbit's representative."""
         return v[P[:, reps]].mean(axis=0)
 
-    pricer = _Pricer(n, x, y, b, eps, reps, neighbours, tol, model_bytes)
+    pricer = _Pricer(n, x, y, b, eps, reps, neighbours, tol, model_bytes, lp_seconds)
     master = new_highs(threads=1)
     master.setOptionValue("small_matrix_value", _SMALL)
     master.setOptionValue("simplex_strategy", 4)  # primal: adding columns keeps the basis feasible

@@ -110,11 +110,14 @@ def _constraints(n: int, x: np.ndarray, y: np.ndarray, b: np.ndarray) -> sp.csr_
     return sp.csr_matrix((data, (r, c)), shape=(p * n, n * n))
 
 
-def _repair(T: np.ndarray, x: np.ndarray, y: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float]:  # noqa: N803
-    """Mix with the uniform matrix so that every constrained pair holds exactly (λ as small as possible)."""
+def _repair(T: np.ndarray, x: np.ndarray, y: np.ndarray, b: np.ndarray,  # noqa: N803
+            group: list[np.ndarray] | None = None) -> tuple[np.ndarray, float]:
+    """Mix with the uniform matrix so that every constrained pair holds exactly (λ as small as
+    possible). With ``group``, the row sums are taken equal on each orbit of inputs (an exactly
+    symmetric T stays so: :func:`_normalise`)."""
     n = T.shape[0]
     T = np.clip(T, 0.0, None, out=T)  # noqa: N806  # in place: T is the solver's own array
-    T /= T.sum(axis=1, keepdims=True)
+    _normalise(T, group)
     viol = 0.0
     step = max(1, min(4096, 2 ** 22 // n))  # (pairs per block: at most ~4M floats a block)
     for s in range(0, x.size, step):
@@ -132,6 +135,23 @@ def _repair(T: np.ndarray, x: np.ndarray, y: np.ndarray, b: np.ndarray) -> tuple
     return T, float(lam)
 
 
+def _normalise(T: np.ndarray, group: list[np.ndarray] | None) -> np.ndarray | None:  # noqa: N803
+    """Divide each row of ``T`` by its sum, in place; with ``group``, by the sum of the first row
+    of its orbit (the sums of an exactly symmetric T's rows differ only by rounding, and equal
+    divisors keep ``T[p[x], p[z]] == T[x, z]`` exact). Returns the first input of each orbit
+    (None without a group)."""
+    from solvers.channels.symmetry import orbits
+
+    rs = T.sum(axis=1)
+    if not group or len(group) < 2:
+        T /= rs[:, None]
+        return None
+    orb = orbits(group, T.shape[0])
+    first = np.unique(orb, return_index=True)[1]
+    T /= rs[first[orb]][:, None]
+    return first
+
+
 def _repair_dense(T: np.ndarray, eps: np.ndarray,  # noqa: N803
                   group: list[np.ndarray] | None = None) -> tuple[np.ndarray, float]:
     """:func:`_repair` for every pair of ``eps`` (one input at a time: no pair list, N³ steps).
@@ -143,21 +163,14 @@ def _repair_dense(T: np.ndarray, eps: np.ndarray,  # noqa: N803
     same budgets), about ``|G|`` times fewer steps. The mixing with the uniform matrix keeps
     the property too.
     """
-    from solvers.channels.symmetry import invariant_group, orbits
+    from solvers.channels.symmetry import invariant_group
 
     n = T.shape[0]
     T = np.clip(T, 0.0, None, out=T)  # noqa: N806  # in place: T is the solver's own array
-    rs = T.sum(axis=1)
+    first = _normalise(T, group)
     cols = np.arange(n)
-    if group and len(group) > 1:
-        orb = orbits(group, n)
-        first = np.unique(orb, return_index=True)[1]
-        rs = rs[first[orb]]  # (equal on each orbit: the division keeps the symmetry exact)
-        T /= rs[:, None]
-        if len(invariant_group(group, [T])) == len(group):
-            cols = first
-    else:
-        T /= rs[:, None]
+    if first is not None and len(invariant_group(group or [], [T])) == len(group or []):
+        cols = first
     Tc = T if cols.size == n else T[:, cols]  # noqa: N806
     viol, low = 0.0, np.inf
     with np.errstate(over="ignore", invalid="ignore"):
@@ -436,7 +449,7 @@ def solve_dx_lp(eps: Any, loss: Any, prior: Any = None, *,
         log.warning("the LP stopped before optimality (%s): the repaired T is private but its loss "
                     "may be far from optimal", info["status"])
     Tx = np.array(Tx, dtype=float, copy=not Tx.flags.owndata or not Tx.flags.writeable)  # noqa: N806
-    T, lam = _repair_dense(Tx, e, group) if dense else _repair(Tx, x, y, b)  # noqa: N806
+    T, lam = _repair_dense(Tx, e, group) if dense else _repair(Tx, x, y, b, group)  # noqa: N806
     T.setflags(write=False)
     return LPResult(T=T, expected_loss=_expected_loss(pi, T, L), lp_objective=fun,
                     n_constraints=rows, solve_seconds=solve, build_seconds=build, repair_weight=lam,
