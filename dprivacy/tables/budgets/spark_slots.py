@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import threading
 import uuid
@@ -247,7 +248,7 @@ class SparkSlotBudgets:
             base = [{"lo": p["lo"], "hi": p["hi"], "dense": bool(p["dense"]), "n": p["n"],
                      "ids": f"{name}/{p['ids']}", "rem": f"{name}/{p['rem']}"} for p in pieces]
             meta = {"kind": "register", "files": names, "stamps": stamps, "base": base,
-                    "base_dir": name, "dirs": [name], "debits": [], "next_query": 1,
+                    "base_dir": name, "dirs": [name], "debits": [], "next_query": 1, "upto": 0,
                     "people": int(sum(p["n"] for p in pieces))}
             self._publish(k, meta)
         finally:
@@ -287,8 +288,14 @@ class SparkSlotBudgets:
             try:
                 out = os.path.join(self.path, name)
                 ctx = _context(self.path, meta, out=out, uniform=uniform)
-                rows = _collect_big_batches(eng.session, asked.mapInArrow(_charge_task(ctx),
-                                                                          _BLOCKS))
+                if uniform is not None and all(p["dense"] for p in meta["base"]):
+                    # the selection as bitmap words, aggregated by Spark: far fewer rows cross
+                    # to Python than one per selected person
+                    rows = _selection_words(asked, meta["base"], eng.session).mapInArrow(
+                        _charge_words_task(ctx), _BLOCKS).collect()
+                else:
+                    rows = _collect_big_batches(eng.session, asked.mapInArrow(
+                        _charge_task(ctx), _BLOCKS))
                 self.log.sync_dir(out)
                 blocks = [{"file": f"{name}/{r['file']}", "key": r["key"], "lo": r["lo"],
                            "hi": r["hi"], "cost": r["cost"]} for r in rows if r["file"]]
@@ -376,7 +383,8 @@ class SparkSlotBudgets:
                     q_dirs = {b["file"].split("/")[0] for d in keep for b in d["blocks"]}
                     id_dirs = {p["ids"].split("/")[0] for p in base}
                     new = {**latest, "kind": "fold", "base": base, "debits": keep,
-                           "dirs": sorted(id_dirs | q_dirs | {name}), "folded": sorted(folded)}
+                           "dirs": sorted(id_dirs | q_dirs | {name}), "folded": sorted(folded),
+                           "upto": max(folded)}
                     self._publish(k, new)
             finally:
                 self._release(fd)
@@ -411,7 +419,7 @@ class SparkSlotBudgets:
                 if not hit.size:
                     continue
                 vals = (t.column("initial").to_numpy() if what == "initial"
-                        else _state(ctx, i, {}))
+                        else _state(ctx, i, {}).full())
                 got.update(zip(pid[hit].tolist(), vals[hit].tolist(), strict=True))
         if any(int(x) not in got for x in a):
             raise UnknownRecordError("unknown record id: it was never registered")
@@ -562,7 +570,7 @@ def _register_task(out: str) -> Any:
             ids_f, rem_f = f"ids-{tag}.parquet", f"rem-{tag}.parquet"
             _write_parquet(os.path.join(out, ids_f), pa.table(
                 {"slot": s[a:b], "id": i[a:b], "initial": u[a:b]}))
-            _write_parquet(os.path.join(out, rem_f), pa.table({"remaining": u[a:b]}))
+            _Rem.of(u[a:b]).write(os.path.join(out, rem_f))
             lo, hi = int(s[a]), int(s[b - 1]) + 1
             yield pa.RecordBatch.from_pylist([{
                 "ids": ids_f, "rem": rem_f, "lo": lo, "hi": hi, "n": b - a,
@@ -610,8 +618,18 @@ def _context(root: str, meta: dict[str, Any], *, out: str, uniform: int | None
     for d in meta["debits"]:
         for b in d["blocks"]:
             i = int(np.searchsorted(los, b["lo"], side="right")) - 1
-            blocks[i].append({**b, "file": os.path.join(root, b["file"])})
-    return {"base": base, "los": los, "blocks": blocks, "out": out, "uniform": uniform}
+            blocks[i].append({**b, "file": os.path.join(root, b["file"]), "q": int(d["query"])})
+    return {"base": base, "los": los, "blocks": blocks, "out": out, "uniform": uniform,
+            "upto": _upto(meta), "through": int(meta.get("next_query", 1)) - 1}
+
+
+def _upto(meta: dict[str, Any]) -> int:
+    """The last query folded into the base: every committed query up to it is in the base, every
+    later one is an unfolded debit (committed queries are numbered 1, 2, ... without gaps)."""
+    if "upto" in meta:
+        return int(meta["upto"])
+    qs = [int(d["query"]) for d in meta["debits"]]
+    return min(qs) - 1 if qs else int(meta.get("next_query", 1)) - 1
 
 
 def _load_block(cache: dict[str, Any], b: dict[str, Any]) -> tuple[np.ndarray, Any]:
@@ -645,50 +663,251 @@ def _positions(ctx: dict[str, Any], i: int, slots: np.ndarray, cache: dict[str, 
     return np.where(known[pos] == slots, pos, -1)
 
 
-_STATES: dict[str, tuple[frozenset[tuple[str, int]], np.ndarray]] = {}  # per worker process
+class _Rem:
+    """The remaining budgets of one base range (units): ``values[codes]`` while they take few
+    distinct values (codes of one or two bytes: a worker keeps many ranges, and a fold writes
+    them small), else the budgets themselves (``values`` None, ``codes`` int64)."""
+
+    __slots__ = ("values", "codes")
+
+    def __init__(self, values: np.ndarray | None, codes: np.ndarray) -> None:
+        self.values, self.codes = values, codes
+
+    @classmethod
+    def of(cls, budgets: np.ndarray) -> _Rem:
+        """Budgets as codes when they take at most 2¹⁶ values."""
+        b = np.asarray(budgets, dtype=np.int64)
+        if b.size and (b == b[0]).all():
+            return cls(b[:1].copy(), np.zeros(b.size, np.uint8))
+        vals, inv = np.unique(b, return_inverse=True)
+        if vals.size > 1 << 16:
+            return cls(None, b.copy())
+        return cls(vals, inv.astype(np.uint8 if vals.size <= 256 else np.uint16))
+
+    @classmethod
+    def read(cls, path: str) -> _Rem:
+        import pyarrow.parquet as pq
+
+        t = pq.read_table(path)
+        if "code" in t.column_names:  # codes, the values in the file's metadata
+            vals = np.array(json.loads((t.schema.metadata or {})[b"values"]), dtype=np.int64)
+            codes = t.column("code").to_numpy()
+            return cls(vals, codes.astype(np.uint8 if vals.size <= 256 else np.uint16))
+        return cls.of(t.column(0).to_numpy())
+
+    def write(self, path: str) -> None:
+        """Write the budgets as Parquet (codes, or the budgets themselves); values no slot holds
+        any more are dropped first."""
+        import pyarrow as pa
+
+        if self.values is None:
+            _write_parquet(path, pa.table({"remaining": self.codes}))
+            return
+        used = np.flatnonzero(np.bincount(self.codes, minlength=self.values.size))
+        vals, codes = self.values, self.codes
+        if used.size < vals.size:
+            remap = np.zeros(vals.size, dtype=codes.dtype)
+            remap[used] = np.arange(used.size)
+            vals, codes = vals[used], remap[codes]
+            if vals.size <= 256:
+                codes = codes.astype(np.uint8)
+        t = pa.table({"code": codes}).replace_schema_metadata(
+            {"values": json.dumps(vals.tolist())})
+        _write_parquet(path, t)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.codes.nbytes) + (0 if self.values is None else int(self.values.nbytes))
+
+    def full(self) -> np.ndarray:
+        """The budgets (int64, one per slot of the range)."""
+        return self.codes if self.values is None else self.values[self.codes]
+
+    def can_pay(self, a: int, z: int, cost: int) -> np.ndarray:
+        """Whether the slots at positions a..z-1 hold at least ``cost``."""
+        if self.values is None:
+            return self.codes[a:z] >= cost
+        return (self.values >= cost)[self.codes[a:z]]
+
+    def debit_range(self, a: int, z: int, paid: np.ndarray, cost: int) -> None:
+        """Debit ``cost`` from the positions a..z-1 where ``paid`` (bool) holds (each of which
+        holds at least ``cost``)."""
+        trans = None if self.values is None else self._moved(cost)
+        if trans is None:
+            self.codes[a:z] -= paid * np.int64(cost)
+            return
+        seg = self.codes[a:z]  # code c becomes trans[c] where paid: add the difference mod 2^8k
+        delta = (trans - np.arange(trans.size)).astype(seg.dtype)
+        seg += delta[seg] * paid.view(np.uint8).astype(seg.dtype, copy=False)
+
+    def debit_points(self, pos: np.ndarray, cost: Any) -> None:
+        """Debit ``cost`` (one number or one per position) at positions ``pos``."""
+        if self.values is not None:
+            plain = self.values[self.codes]
+            self.values, self.codes = None, plain
+        self.codes[pos] -= cost
+
+    def _moved(self, cost: int) -> np.ndarray | None:
+        """The code map taking every value that covers ``cost`` to the code of that value minus
+        ``cost`` (values appended as needed; others map to themselves), or None (the budgets
+        then held plainly) once there would be more than 2¹⁶ values."""
+        vals = self.values
+        assert vals is not None
+        src = np.flatnonzero(vals >= cost)
+        target = vals[src] - cost
+        order = np.argsort(vals, kind="stable")
+        at = np.minimum(np.searchsorted(vals[order], target), vals.size - 1)
+        found = vals[order][at] == target
+        fresh = np.unique(target[~found])
+        trans = np.arange(vals.size, dtype=np.int64)
+        trans[src] = np.where(found, order[at], vals.size + np.searchsorted(fresh, target))
+        if fresh.size:
+            if vals.size + fresh.size > 1 << 16:
+                self.values, self.codes = None, vals[self.codes]
+                return None
+            self.values = np.concatenate([vals, fresh])
+            if self.values.size > 256 and self.codes.dtype == np.uint8:
+                self.codes = self.codes.astype(np.uint16)
+        return trans
+
+
+_STATES: dict[str, tuple[int, _Rem]] = {}  # per worker process
 _STATE_BYTES = 256 << 20  # the budgets a Python worker keeps between queries
 
 
-def _state(ctx: dict[str, Any], i: int, cache: dict[str, Any]) -> np.ndarray:
-    """The remaining budgets of base range i: its base minus every unfolded debit. A worker
-    process keeps the last states it computed (keyed by the immutable base file, with the
-    debits applied), so a later query applies only the debits committed since."""
-    import pyarrow.parquet as pq
-
+def _state(ctx: dict[str, Any], i: int, cache: dict[str, Any]) -> _Rem:
+    """The remaining budgets of base range i after every committed query: its base minus every
+    unfolded debit. A worker process keeps the states it computed, keyed by the range (its
+    immutable ids file) and the last committed query applied, so a later query applies only
+    the debits committed since, across folds too (a fold only moves debits into the base).
+    Callers only read the state (it is shared with the cache)."""
     p = ctx["base"][i]
-    want = {(b["file"], int(b["key"])): b for b in ctx["blocks"][i]}
-    hit = _STATES.pop(p["rem"], None)
-    if hit is not None and hit[0] <= want.keys():
+    through, upto = int(ctx["through"]), int(ctx["upto"])
+    hit = _STATES.pop(p["ids"], None)
+    if hit is not None and upto <= hit[0] <= through:
         done, rem = hit
-        rem.setflags(write=True)  # popped: this call owns it again
     else:
-        done = frozenset()
-        rem = np.array(pq.read_table(p["rem"]).column(0).to_numpy(), dtype=np.int64)
-    times: dict[int, np.ndarray] = {}  # uniform cost -> how often each slot paid it
-    for key, b in want.items():
-        if key in done:
+        done, rem = upto, _Rem.read(p["rem"])
+    for b in ctx["blocks"][i]:
+        if int(b["q"]) <= done:
             continue
         cost = int(b["cost"])
-        if p["dense"] and cost >= 0:  # a uniform cost over a dense range: counted in bytes
+        if p["dense"] and cost >= 0:  # a uniform cost over a dense range: bits straight
             f = b["file"]
             if f not in cache:
                 with np.load(f) as z:
                     cache[f] = {k: z[k] for k in z.files}
             a, z = int(b["lo"]) - int(p["lo"]), int(b["hi"]) - int(p["lo"])
-            acc = times.get(cost)
-            if acc is None:
-                acc = times[cost] = np.zeros(rem.size, dtype=np.uint16)
-            acc[a:z] += np.unpackbits(cache[f][f"bits{b['key']}"], count=z - a)
+            paid = np.unpackbits(cache[f][f"bits{b['key']}"], count=z - a).view(bool)
+            rem.debit_range(a, z, paid, cost)
             continue
         slots, c = _load_block(cache, b)
-        rem[_positions(ctx, i, slots, cache)] -= c
-    for cost, acc in times.items():
-        rem -= acc.astype(np.int64) * cost
-    rem.setflags(write=False)  # shared with the cache: callers only read it
-    _STATES[p["rem"]] = (frozenset(want), rem)
+        pos = _positions(ctx, i, slots, cache)
+        rem.debit_points(pos, c)  # payers are registered slots: every position is >= 0
+    _STATES[p["ids"]] = (through, rem)
     while sum(r.nbytes for _, r in _STATES.values()) > _STATE_BYTES and len(_STATES) > 1:
         _STATES.pop(next(iter(_STATES)))
     return rem
+
+
+_WORD_SUBS = 8  # bitmap words per aggregated row: a row covers 8 × 64 slots
+
+
+def _selection_words(asked: Any, base: list[dict[str, Any]], session: Any) -> Any:
+    """The selected slots (column ``slot`` of ``asked``) as rows ``(w, b0..b7, n)``: base range
+    i = ``w >> 32`` holds them, and bit k of ``b<j>`` says whether slot ``(g·8 + j)·64 + k`` is
+    selected, g = ``(w & (2³² - 1)) + (lo_i >> 9)``; ``n`` counts the row's records (the ⊥
+    records, slot -1, form the row w = -1; slots of no range, w = -2). Spark aggregates them in
+    the scan's own tasks (about 1/512 of the selected rows leave a task), then sends each range's
+    rows to one task (which reads that range's budgets once)."""
+    from pyspark.sql import functions as F
+
+    def key(ps: list[tuple[int, int, int]]) -> str:  # the range holding `slot`: binary search
+        if len(ps) == 1:
+            i, lo, n = ps[0]
+            return (f"if(slot >= {lo} and slot < {lo + n}, "
+                    f"{(i << 32) - (lo >> 9)}L + shiftright(slot, 9), -2L)")
+        mid = len(ps) // 2
+        return f"if(slot < {ps[mid][1]}, {key(ps[:mid])}, {key(ps[mid:])})"
+
+    pieces = [(i, int(p["lo"]), int(p["n"])) for i, p in enumerate(base)]
+    w = F.expr(f"if(slot < 0, -1L, {key(pieces)})" if pieces else "-2L")
+    cols = [F.expr(f"bit_or(if((shiftright(slot, 6) & {_WORD_SUBS - 1}) = {j}, "
+                   "shiftleft(1L, cast(slot & 63 as int)), 0L))").alias(f"b{j}")
+            for j in range(_WORD_SUBS)]
+    words = asked.groupBy(w.alias("w")).agg(*cols, F.count(F.lit(1)).alias("n"))
+    parts = max(1, min(len(base), 2 * int(session.sparkContext.defaultParallelism)))
+    return words.repartition(parts, F.expr("shiftright(w, 32)"))
+
+
+def _charge_words_task(ctx: dict[str, Any]) -> Any:
+    """The charge of a uniform cost over one record per person, from selection words (see
+    :func:`_selection_words`); writes the same debit blocks as :func:`_charge_task`."""
+    def run(batches: Any) -> Any:
+        import pyarrow as pa
+
+        uniform = int(ctx["uniform"])
+        ws, bs, ns = [], [], []
+        for b in batches:
+            if not b.num_rows:
+                continue
+            w = b.column(0)
+            keep = np.asarray(w.is_valid()) if w.null_count else slice(None)
+            ws.append(np.asarray(w.fill_null(0).to_numpy())[keep])
+            bs.append(np.stack([np.asarray(b.column(1 + j).to_numpy()) for j in
+                                range(_WORD_SUBS)], axis=1)[keep])
+            ns.append(np.asarray(b.column(1 + _WORD_SUBS).to_numpy())[keep])
+        w = np.concatenate(ws) if ws else np.zeros(0, np.int64)
+        bw = (np.concatenate(bs) if bs else np.zeros((0, _WORD_SUBS), np.int64)).view(np.uint64)
+        n = np.concatenate(ns) if ns else np.zeros(0, np.int64)
+        bottom = int(n[w == -1].sum())
+        real = w >= 0
+        w, bw = w[real], bw[real]
+        order = np.argsort(w, kind="stable")
+        w, bw = w[order], bw[order]
+        piece = w >> 32
+        cuts = np.flatnonzero(np.diff(piece)) + 1
+        cache: dict[str, Any] = {}
+        arrays: dict[str, np.ndarray] = {}
+        out_rows: list[dict[str, Any]] = []
+        fname = f"debit-{uuid.uuid4().hex}.npz"
+        payers = 0
+        for a, z in zip([0, *cuts.tolist()], [*cuts.tolist(), w.size], strict=True):
+            if a == z:
+                continue
+            i = int(piece[a])
+            p = ctx["base"][i]
+            plo, phi = int(p["lo"]), int(p["lo"]) + int(p["n"])
+            gw = ((w[a:z] & 0xFFFFFFFF) + (plo >> 9))[:, None] * _WORD_SUBS + np.arange(
+                _WORD_SUBS)
+            g, v = gw.reshape(-1), bw[a:z].reshape(-1)
+            nz = v != 0
+            if not nz.any():
+                continue
+            g, v = g[nz], v[nz]  # the selected slots' word numbers (sorted), and their bits
+            g0, g1 = int(g[0]), int(g[-1]) + 1
+            words = np.zeros(g1 - g0, dtype=np.uint64)
+            words[g - g0] = v
+            sel = np.unpackbits(words.view(np.uint8), bitorder="little").view(bool)
+            lo, hi = max(plo, g0 << 6), min(phi, g1 << 6)
+            sel = sel[lo - (g0 << 6):hi - (g0 << 6)]
+            ok = sel & _state(ctx, i, cache).can_pay(lo - plo, hi - plo, uniform)
+            payers += int(np.count_nonzero(ok))
+            key = len(out_rows)
+            arrays[f"bits{key}"] = np.packbits(ok)
+            out_rows.append({"file": fname, "key": key, "lo": lo, "hi": hi, "cost": uniform,
+                             "payers": 0, "total": 0, "records": 0, "bottom": 0})
+        if out_rows:
+            path = os.path.join(ctx["out"], fname)
+            with open(path, "wb") as f:
+                np.savez(f, **arrays)  # type: ignore[arg-type]
+                f.flush()
+                os.fsync(f.fileno())
+        out_rows.append({"file": None, "key": 0, "lo": 0, "hi": 0, "cost": 0, "payers": payers,
+                         "total": payers * uniform, "records": payers, "bottom": bottom})
+        yield pa.RecordBatch.from_pylist(out_rows, schema=_schema(_BLOCKS))
+
+    return run
 
 
 def _charge_task(ctx: dict[str, Any]) -> Any:
@@ -737,7 +956,7 @@ def _charge_task(ctx: dict[str, Any]) -> Any:
             if a == z:
                 continue
             sp = s[a:z]
-            rem = _state(ctx, i, cache)
+            rem = _state(ctx, i, cache).full()
             lo, hi = int(sp[0]), int(sp[-1]) + 1
             p = ctx["base"][i]
             key = len(out_rows)
@@ -791,7 +1010,7 @@ def _fold_task(ctx: dict[str, Any]) -> Any:
             for i in b.column(0).to_pylist():
                 rem = _state(ctx, int(i), cache)
                 f = f"rem-{uuid.uuid4().hex}.parquet"
-                _write_parquet(os.path.join(ctx["out"], f), pa.table({"remaining": rem}))
+                rem.write(os.path.join(ctx["out"], f))
                 rows.append({"piece": int(i), "rem": f})
         if rows:
             yield pa.RecordBatch.from_pylist(rows, schema=_schema("piece int, rem string"))

@@ -215,22 +215,25 @@ def test_a_python_worker_killed_in_a_charge_charges_nothing(spark, tmp_path, mon
     rel, table = _people(spark, tmp_path, SparkSlotBudgets(tmp_path / "w"), [1.0] * 6)
     table.pay(rel, 0.25)
     marker = str(tmp_path / "killed-once")
-    real = spark_slots._charge_task
 
-    def killing(ctx):
-        run = real(ctx)
+    def killing(real):
+        def task(ctx):
+            run = real(ctx)
 
-        def body(batches):
-            import signal
+            def body(batches):
+                import signal
 
-            if not os.path.exists(marker):
-                open(marker, "w").close()
-                os.kill(os.getpid(), signal.SIGKILL)
-            yield from run(batches)
+                if not os.path.exists(marker):
+                    open(marker, "w").close()
+                    os.kill(os.getpid(), signal.SIGKILL)
+                yield from run(batches)
 
-        return body
+            return body
 
-    monkeypatch.setattr(spark_slots, "_charge_task", killing)
+        return task
+
+    for name in ("_charge_task", "_charge_words_task"):  # whichever the charge runs
+        monkeypatch.setattr(spark_slots, name, killing(getattr(spark_slots, name)))
     versions = table.log.numbers()
     with pytest.raises(Exception, match="(?i)python|worker|crash|exit"):
         table.pay(rel.where(_.k < 3), 0.5)
@@ -271,3 +274,52 @@ def test_sigkill_at_random_points_never_releases_an_uncharged_answer(spark, tmp_
     assert sum(p for _, p in logged.values()) * units == spent.sum()
     assert all(s % units == 0 and s >= 3 * units for s in spent)
     assert sorted(logged) == list(range(1, len(logged) + 1))
+
+
+@pytest.mark.parametrize(("costs", "kinds"), [((7,), ["uint8", "plain"]),
+                                              ((3, 5), ["uint8", "uint16", "plain"]),
+                                              (tuple(range(1, 400)), ["uint8", "uint16", "plain"])])
+def test_compact_budgets_debit_like_plain_integers(tmp_path, costs, kinds):
+    """The codes (one or two bytes) a worker keeps per range: debits, checks and a write and read
+    back give the plain integers' results, while the values fit a byte, two bytes (uint16), and
+    beyond 2^16 of them or after a debit of single payers (plain int64)."""
+    from dprivacy.tables.budgets.spark_slots import _Rem
+
+    rng = np.random.default_rng(len(costs))
+    n = 5000
+    plain = rng.choice([10**6, 5 * 10**5], n).astype(np.int64)
+    rem = _Rem.of(plain)
+    seen: list[str] = []
+    for step in range(60):
+        cost = int(costs[step % len(costs)])
+        a, z = sorted(rng.integers(0, n, 2).tolist())
+        paid = (rng.random(z - a) < 0.5) & (plain[a:z] >= cost)
+        if step == 55:  # a debit of single payers
+            pos = np.flatnonzero(paid) + a
+            rem.debit_points(pos, cost)
+            plain[pos] -= cost
+        else:
+            rem.debit_range(a, z, paid, cost)
+            plain[a:z] -= paid * cost
+        kind = "plain" if rem.values is None else rem.codes.dtype.name
+        if not seen or seen[-1] != kind:
+            seen.append(kind)
+        assert (rem.full() == plain).all()
+        assert (rem.can_pay(a, z, cost) == (plain[a:z] >= cost)).all()
+    assert seen == kinds
+    rem.write(str(tmp_path / "r.parquet"))
+    assert (_Rem.read(str(tmp_path / "r.parquet")).full() == plain).all()
+    small = _Rem.of(np.array([5, 9, 9, 5], np.int64))
+    small.debit_range(0, 4, np.array([True, True, True, True]), 5)  # 5 -> 0, 9 -> 4: 5 and 9 gone
+    small.write(str(tmp_path / "s.parquet"))
+    back = _Rem.read(str(tmp_path / "s.parquet"))
+    assert list(back.full()) == [0, 4, 4, 0] and sorted(back.values.tolist()) == [0, 4]
+
+
+def test_compact_budgets_start_plain_beyond_two_bytes():
+    from dprivacy.tables.budgets.spark_slots import _Rem
+
+    plain = np.arange(70000, dtype=np.int64) * 3 + 10**6  # 70 000 distinct values
+    rem = _Rem.of(plain)
+    assert rem.values is None and (rem.full() == plain).all()
+    assert _Rem.of(np.repeat(np.arange(300, dtype=np.int64), 3)).codes.dtype == np.uint16
