@@ -60,6 +60,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
 import threading
 import uuid
@@ -221,11 +222,69 @@ class SparkSlotBudgets:
             else:
                 b = (F.col(f"`{budget}`").cast("double") if isinstance(budget, str)
                      else F.lit(float(budget)))
-                self._register(k, with_slot.select(
-                    F.col(_SLOT).alias("slot"), F.col(f"`{id_column}`").cast("bigint").alias("id"),
-                    _units(b).alias("u")), names, stamps)
+                slot_id = [F.col(_SLOT).alias("slot"),
+                           F.col(f"`{id_column}`").cast("bigint").alias("id")]
+                if isinstance(budget, str) or not self._register_uniform(
+                        k, with_slot.select(*slot_id), _scalar_budget_units(float(budget)),
+                        names, stamps, id_column):
+                    self._register(k, with_slot.select(*slot_id, _units(b).alias("u")), names,
+                                   stamps)
         t = eng.register_dataframe(with_slot)
         return rel.with_table(t.mutate(**{PID: t[_SLOT]}).drop(_SLOT), unique=True), self
+
+    def _register_uniform(self, k: int, ids: Any, units: int, names: list[str],
+                          stamps: list[Any], id_column: str) -> bool:
+        """Register everybody with one budget (``units``) writing nothing per person: two
+        aggregates over the ids check them (per file: rows, nulls, range; then every id once,
+        as Spark-aggregated bitmap words) and the base ranges are the files' row ranges, whose
+        budgets are all ``units`` until a fold writes them. False (nothing done) when the ids
+        are too sparse for bitmap words (the caller then registers person by person)."""
+        from pyspark.sql import functions as F
+
+        per_file = ids.groupBy(F.expr(f"shiftright(slot, {_FILE_BITS})").alias("f")).agg(
+            F.count(F.lit(1)).alias("n"), F.count("id").alias("nid"), F.min("id").alias("lo"),
+            F.max("id").alias("hi"), F.max("slot").alias("top")).collect()
+        files = [r for r in per_file if r["f"] is not None]
+        if len(files) < len(per_file):
+            raise ValidationError("Spark read rows whose file is not in the source's file "
+                                  "list; register a plain Parquet read")
+        if any(r["nid"] < r["n"] or r["lo"] < 0 for r in files):
+            raise ValidationError("the id column must hold distinct non-negative integers "
+                                  "(one stable identity per individual)")
+        n = sum(int(r["n"]) for r in files)
+        if any(int(r["top"]) - (int(r["f"]) << _FILE_BITS) + 1 != int(r["n"]) for r in files):
+            return False  # not every row of a file: register row by row
+        if n:
+            lo, hi = min(int(r["lo"]) for r in files), max(int(r["hi"]) for r in files)
+            if hi - lo > 64 * n:
+                return False
+            cols = [F.expr(f"bit_or(if((shiftright(v, 6) & {_WORD_SUBS - 1}) = {j}, "
+                           "shiftleft(1L, cast(v & 63 as int)), 0L))").alias(f"b{j}")
+                    for j in range(_WORD_SUBS)]
+            words = ids.select((F.col("id") - F.lit(lo)).alias("v")).groupBy(
+                F.expr("shiftright(v, 9)")).agg(*cols, F.count(F.lit(1)).alias("n"))
+            ones = " + ".join(f"bit_count(b{j})" for j in range(_WORD_SUBS))
+            dup = words.agg(F.expr(f"sum(n - ({ones}))")).first()[0]
+            if dup:
+                raise ValidationError("the id column must hold distinct non-negative integers "
+                                      "(one stable identity per individual)")
+        name, fd = self._new_dir("b")
+        try:
+            self.log.sync_dir(os.path.join(self.path, name))
+            base = []
+            for r in sorted(files, key=lambda r: r["f"]):
+                for a in range(0, int(r["n"]), _PIECE_ROWS):
+                    lo = (int(r["f"]) << _FILE_BITS) + a
+                    m = min(_PIECE_ROWS, int(r["n"]) - a)
+                    base.append({"lo": lo, "hi": lo + m, "dense": True, "n": m, "ids": None,
+                                 "rem": None, "key": f"{name}/{lo}", "initial": units})
+            meta = {"kind": "register", "files": names, "stamps": stamps, "base": base,
+                    "base_dir": name, "dirs": [name], "debits": [], "next_query": 1, "upto": 0,
+                    "people": n, "id_column": id_column}
+            self._publish(k, meta)
+        finally:
+            self._release(fd)
+        return True
 
     def _register(self, k: int, src: Any, names: list[str], stamps: list[Any]) -> None:
         name, fd = self._new_dir("b")
@@ -381,7 +440,7 @@ class SparkSlotBudgets:
                     base = [{**p, "rem": rems[i]} for i, p in enumerate(latest["base"])]
                     keep = [d for d in latest["debits"] if int(d["query"]) not in folded]
                     q_dirs = {b["file"].split("/")[0] for d in keep for b in d["blocks"]}
-                    id_dirs = {p["ids"].split("/")[0] for p in base}
+                    id_dirs = {_piece_key(p).split("/")[0] for p in base}
                     new = {**latest, "kind": "fold", "base": base, "debits": keep,
                            "dirs": sorted(id_dirs | q_dirs | {name}), "folded": sorted(folded),
                            "upto": max(folded)}
@@ -412,7 +471,18 @@ class SparkSlotBudgets:
                 raise UnknownRecordError("unknown record id: it was never registered")
             ctx = _context(self.path, meta, out="", uniform=None)
             got: dict[int, int] = {}
+            lazy = self._slots_of(meta, want) if any(
+                p.get("ids") is None for p in meta["base"]) else {}
             for i, p in enumerate(meta["base"]):  # the driver reads the base: curator's view
+                if p.get("ids") is None:  # a range registered with one budget: no ids file
+                    mine = {x: s for x, s in lazy.items() if p["lo"] <= s < p["hi"]}
+                    if not mine:
+                        continue
+                    pos = np.array(list(mine.values()), dtype=np.int64) - int(p["lo"])
+                    vals = (np.full(pos.size, int(p["initial"])) if what == "initial"
+                            else _state(ctx, i, {}).full()[pos])
+                    got.update(zip(mine, vals.tolist(), strict=True))
+                    continue
                 t = pq.read_table(os.path.join(self.path, p["ids"]), columns=["id", "initial"])
                 pid = t.column("id").to_numpy()
                 hit = np.flatnonzero(np.isin(pid, want))
@@ -424,6 +494,21 @@ class SparkSlotBudgets:
         if any(int(x) not in got for x in a):
             raise UnknownRecordError("unknown record id: it was never registered")
         return np.array([got[int(x)] for x in a], dtype=np.int64) / _PER_EPS
+
+    def _slots_of(self, meta: dict[str, Any], want: np.ndarray) -> dict[int, int]:
+        """The slots of the ids ``want`` (those registered), read from the source by Spark."""
+        from pyspark.sql import functions as F
+
+        spark = self._spark()
+        sdf = spark.read.parquet(*[p for p, _ in meta["stamps"]])
+        names = meta["files"]
+        keys = F.create_map(*[x for i, n in enumerate(names) for x in (F.lit(n), F.lit(i))])
+        slot = ((F.element_at(keys, F.col("_metadata.file_name")).cast("bigint")
+                 * (1 << _FILE_BITS)) + F.col("_metadata.row_index"))
+        idc = F.col(f"`{meta['id_column']}`").cast("bigint")
+        rows = sdf.where(idc.isin([int(x) for x in want])).select(
+            idc.alias("id"), slot.alias("slot")).collect()
+        return {int(r["id"]): int(r["slot"]) for r in rows if r["slot"] is not None}
 
     def queries(self) -> list[tuple[int, str | None, int, float]]:
         """The committed queries still logged: (number, label, payers, total ε charged)."""
@@ -443,6 +528,7 @@ class SparkSlotBudgets:
             return 0
         files = {p["ids"] for p in meta["base"]} | {p["rem"] for p in meta["base"]}
         files |= {b["file"] for d in meta["debits"] for b in d["blocks"]}
+        files.discard(None)
         return sum(os.path.getsize(os.path.join(self.path, f)) for f in files)
 
     def close(self) -> None:
@@ -507,6 +593,12 @@ def _units(b: Any) -> Any:
     u = F.floor(b * _PER_EPS + 1e-3).cast("double")
     return (F.when(b.isNull() | F.isnan(b) | (u < 0), F.lit(0))
             .when(u >= float(_MAX_UNITS), F.lit(_MAX_UNITS)).otherwise(u.cast("bigint")))
+
+
+def _scalar_budget_units(b: float) -> int:
+    """:func:`_units` of one number, in Python (the same double arithmetic)."""
+    u = math.floor(b * _PER_EPS + 1e-3)
+    return 0 if u < 0 else min(int(u), _MAX_UNITS)
 
 
 def _disjoint_ids(pieces: list[dict[str, Any]]) -> bool:
@@ -611,8 +703,9 @@ def _schema(ddl: str) -> Any:
 def _context(root: str, meta: dict[str, Any], *, out: str, uniform: int | None
              ) -> dict[str, Any]:
     """What a task needs: the base ranges and the unfolded debits' blocks (paths absolute)."""
-    base = [{**p, "ids": os.path.join(root, p["ids"]), "rem": os.path.join(root, p["rem"])}
-            for p in meta["base"]]
+    base = [{**p, "key": _piece_key(p),
+             "ids": p["ids"] and os.path.join(root, p["ids"]),
+             "rem": p["rem"] and os.path.join(root, p["rem"])} for p in meta["base"]]
     los = np.array([p["lo"] for p in base], dtype=np.int64)
     blocks: list[list[dict[str, Any]]] = [[] for _ in base]
     for d in meta["debits"]:
@@ -621,6 +714,12 @@ def _context(root: str, meta: dict[str, Any], *, out: str, uniform: int | None
             blocks[i].append({**b, "file": os.path.join(root, b["file"]), "q": int(d["query"])})
     return {"base": base, "los": los, "blocks": blocks, "out": out, "uniform": uniform,
             "upto": _upto(meta), "through": int(meta.get("next_query", 1)) - 1}
+
+
+def _piece_key(p: dict[str, Any]) -> str:
+    """A base range's name for good: its registration's directory and more (what a worker's
+    cache of budgets is keyed by)."""
+    return str(p.get("key") or p["ids"])
 
 
 def _upto(meta: dict[str, Any]) -> int:
@@ -783,9 +882,11 @@ def _state(ctx: dict[str, Any], i: int, cache: dict[str, Any]) -> _Rem:
     Callers only read the state (it is shared with the cache)."""
     p = ctx["base"][i]
     through, upto = int(ctx["through"]), int(ctx["upto"])
-    hit = _STATES.pop(p["ids"], None)
+    hit = _STATES.pop(p["key"], None)
     if hit is not None and upto <= hit[0] <= through:
         done, rem = hit
+    elif p["rem"] is None:  # registered with one budget, never folded
+        done, rem = upto, _Rem(np.array([int(p["initial"])]), np.zeros(int(p["n"]), np.uint8))
     else:
         done, rem = upto, _Rem.read(p["rem"])
     for b in ctx["blocks"][i]:
@@ -804,13 +905,14 @@ def _state(ctx: dict[str, Any], i: int, cache: dict[str, Any]) -> _Rem:
         slots, c = _load_block(cache, b)
         pos = _positions(ctx, i, slots, cache)
         rem.debit_points(pos, c)  # payers are registered slots: every position is >= 0
-    _STATES[p["ids"]] = (through, rem)
+    _STATES[p["key"]] = (through, rem)
     while sum(r.nbytes for _, r in _STATES.values()) > _STATE_BYTES and len(_STATES) > 1:
         _STATES.pop(next(iter(_STATES)))
     return rem
 
 
 _WORD_SUBS = 8  # bitmap words per aggregated row: a row covers 8 × 64 slots
+_PIECE_ROWS = 1 << 23  # rows per base range registered with one budget
 
 
 def _selection_words(asked: Any, base: list[dict[str, Any]], session: Any) -> Any:
