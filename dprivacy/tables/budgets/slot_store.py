@@ -75,7 +75,7 @@ from dprivacy.tables.budgets.slot_records import (
 
 __all__ = ["SlotStore", "LedgerLockTimeout", "RowsChanged"]
 
-_SYNC_SLICE = 4 << 20  # a background snapshot is written and synced 4 MiB at a time
+_SYNC_SLICE = 1 << 20  # a background snapshot is written and synced 1 MiB at a time
 _NICE = 19  # the background compaction's CPU priority (Linux threads): the lowest
 _BACKSTOP = 3  # records beyond this many times the threshold: compact on the query's path
 _TAIL_UNDER_LOCK = 1 << 20  # records committed during a compaction beyond this are copied
@@ -366,7 +366,7 @@ class SlotStore:
             return
         state = None  # rebuilt from the file by the thread: nothing is copied on this path
         self._bg = threading.Thread(target=self._compact, args=(state, self._ino, self._off),
-                                    name="dprivacy-budget-compaction", daemon=True)
+                                    name="dprivacy-budget-compaction-commit", daemon=True)
         self._bg.start()
 
     def _compact(self, state: tuple[Any, ...] | None, ino: int | None, off: int) -> None:

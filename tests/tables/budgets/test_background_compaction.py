@@ -148,3 +148,45 @@ def test_a_starved_background_compaction_does_not_let_the_file_grow(tmp_path, mo
     final = SlotStore(path)
     with final.locked():
         assert list((10**9 - final.remaining[:11]) // 1000) == [4] * 10 + [0]
+
+
+def test_the_snapshot_is_built_at_the_lowest_priority_and_renamed_by_another_thread(
+        tmp_path, monkeypatch):
+    """The heavy part (rebuilding and compressing the snapshot) runs in a helper thread that
+    lowers its own CPU priority; the rename under the store's lock runs in the thread that
+    started the helper, whose priority is left alone (a query waiting for the lock must not
+    wait for a starved thread)."""
+    seen: dict[str, list] = {"snapshot": [], "replace": [], "nice": []}
+    real_snapshot, real_replace, real_nice = (slot_store._snapshot_bytes, os.replace,
+                                              os.setpriority)
+
+    def snapshot(*a):
+        seen["snapshot"].append(threading.get_native_id())
+        return real_snapshot(*a)
+
+    def replace(src, dst):
+        seen["replace"].append(threading.get_native_id())
+        return real_replace(src, dst)
+
+    def nice(which, who, prio):
+        seen["nice"].append((who, prio))
+        return real_nice(which, who, prio)
+
+    monkeypatch.setattr(slot_store, "_snapshot_bytes", snapshot)
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(os, "setpriority", nice)
+    path = str(tmp_path / "b.dpb")
+    s = _store(path)
+    s.compact_bytes = 1
+    for k in seen:  # registration wrote its snapshots on the caller's thread
+        seen[k].clear()
+    _charge(s, range(10))
+    s.wait_for_compaction(30)
+    assert s.compaction_error is None
+    helper, = seen["snapshot"]
+    committer, = seen["replace"]
+    assert helper != committer and committer != threading.get_native_id()
+    assert seen["nice"] == [(helper, slot_store._NICE)] and slot_store._NICE == 19
+    s.close()
+    with SlotStore(path).locked() as again:
+        assert list((10**9 - again.remaining[:11]) // 1000) == [1] * 10 + [0]

@@ -343,3 +343,28 @@ def test_a_row_stream_that_fails_or_changes_charges_nothing(tmp_path, monkeypatc
     with again.locked():
         assert again.remaining.tolist() == np.where(want, 7, [10, 10, 10, 2] + [10] * 17).tolist()
         assert again.queries == [*setup, [2, "ok", payers, 3 * payers]]
+
+
+def test_a_store_with_hundreds_of_records_replays_exactly(tmp_path):
+    """More records than a byte counter holds (255), two amounts, bitmaps and (slot, amount)
+    records interleaved: a reopened store equals the one that charged them."""
+    path = str(tmp_path / "many.dpb")
+    s = slot_store.SlotStore(path)
+    s.compact_bytes = 10**12  # never folded into a snapshot: everything is replayed
+    n = 37
+    with s.locked():
+        s.add(np.arange(n, dtype=np.int64), np.full(n, 10**6, np.int64))
+    rng = np.random.default_rng(5)
+    for q in range(300):
+        picked = np.flatnonzero(rng.random(n) < 0.5)
+        with s.locked():
+            if q % 50 == 7:
+                s.charge(picked, rng.integers(1, 9, picked.size), f"q{q}")
+            else:
+                s.charge(picked, 3 if q % 3 else 5, f"q{q}")
+    want, log = s.remaining.copy(), [list(q) for q in s.queries]
+    s.close()
+    again = slot_store.SlotStore(path)
+    with again.locked():
+        assert again.remaining.tolist() == want.tolist()
+        assert [list(q) for q in again.queries] == log and again.next_query == 301
