@@ -176,9 +176,12 @@ class BitFolder:
     Debits commute, so the order in which bitmaps are added does not matter; nothing is
     debited before :meth:`flush` (or until a counter would overflow)."""
 
-    def __init__(self, remaining: np.ndarray, amounts: int = 4) -> None:
+    def __init__(self, remaining: np.ndarray, amounts: int = 4, *,
+                 jit: bool | None = None) -> None:
         self.remaining = remaining
         self.limit = max(1, int(amounts))  # counters kept at once (one per distinct amount)
+        # the compiled kernels (None: when the store is large and numba is available)
+        self.jit = remaining.size >= JIT_MIN_SLOTS if jit is None else bool(jit)
         self._acc: dict[int, list[Any]] = {}  # amount -> [uint64 counters, bitmaps added]
 
     def add(self, bits: np.ndarray, amount: int) -> int:
@@ -194,7 +197,7 @@ class BitFolder:
             if len(self._acc) >= self.limit:
                 self._debit(next(iter(self._acc)))
             cell = self._acc[amount] = [np.zeros((n + 7) // 8, np.uint64), 0]
-        k = compiled() if n >= JIT_MIN_SLOTS and warm() else None
+        k = compiled() if self.jit and warm() else None
         if k is not None:
             k.add_lanes(cell[0], bits, _LANES)
         else:
@@ -213,7 +216,7 @@ class BitFolder:
         acc = self._acc.pop(amount)[0]
         rem = self.remaining
         counts = acc.view(np.uint8)[: rem.size]  # byte L of acc[j]: the count of slot 8j + L
-        k = compiled() if rem.size >= JIT_MIN_SLOTS and warm() else None
+        k = compiled() if self.jit and warm() else None
         if k is not None:
             k.debit_counts(rem, counts, amount)
             return

@@ -47,10 +47,8 @@ import fcntl
 import json
 import os
 import random
-import struct
 import threading
 import time
-import zlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -60,11 +58,7 @@ from dprivacy.errors import DPrivacyError, ValidationError
 from dprivacy.tables.budgets import slot_kernels
 from dprivacy.tables.budgets.slot_index import SlotIndex
 from dprivacy.tables.budgets.slot_records import (
-    _MAGIC,
-    _REC,
-    _REC_HEAD,
     _append,
-    _apply_record,
     _encode,
     _encode_bits,
     _fsync_dir,
@@ -72,10 +66,18 @@ from dprivacy.tables.budgets.slot_records import (
     _unpack,
     _unpack_array,
 )
+from dprivacy.tables.budgets.slot_snapshot import (
+    STALE,
+    SYNC_SLICE,
+    _read_snapshot,
+    _replay_into,
+    _replayed,
+    _snapshot_bytes,
+    _write_synced,
+)
 
 __all__ = ["SlotStore", "LedgerLockTimeout", "RowsChanged"]
 
-_SYNC_SLICE = 1 << 20  # a background snapshot is written and synced 1 MiB at a time
 _NICE = 19  # the background compaction's CPU priority (Linux threads): the lowest
 _BACKSTOP = 3  # records beyond this many times the threshold: compact on the query's path
 _TAIL_UNDER_LOCK = 1 << 20  # records committed during a compaction beyond this are copied
@@ -109,7 +111,8 @@ class SlotStore:
         self._depth = 0
         self._reset()
         self.compact_bytes: int | None = None  # None: COMPACT_BYTES_PER_SLOT per person + 1 MiB
-        self.background = True  # compact in a background thread (see the module doc)
+        self.background = True  # compact in the background (see the module doc)
+        self.compact_in_process = True  # ... its heavy part in a child process
         self._bg: threading.Thread | None = None
         self.compaction_error: BaseException | None = None  # the last background failure
         if self.path is not None:
@@ -370,42 +373,29 @@ class SlotStore:
         self._bg.start()
 
     def _compact(self, state: tuple[Any, ...] | None, ino: int | None, off: int) -> None:
-        """The background compaction: the snapshot is built, written and synced by a helper
-        thread at the lowest CPU priority (:meth:`_prepare`); this thread, at the priority of
-        the queries, then takes the lock for the short final step (the records committed
-        since, the rename), so that a query waiting for the lock never waits behind a thread
-        the scheduler starves."""
-        assert self.path is not None
+        """The background compaction: the snapshot is built, written and synced elsewhere (by
+        default a child process at the lowest CPU priority, :mod:`~dprivacy.tables.budgets.
+        slot_snapshot`; else a helper thread at the lowest priority), then this thread, at the
+        priority of the queries, appends in bulk the records committed meanwhile and takes the
+        lock only for the short last step (the few records committed since, the rename)."""
+        assert self.path is not None and ino is not None
         tmp = f"{self.path}.tmp{os.getpid()}.bg"
-        done: list[tuple[int, int] | None] = []
-        failed: list[BaseException] = []
-
-        def prepare() -> None:
-            try:  # this thread only (Linux): queries keep the CPU while a snapshot compresses
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), _NICE)
-            except (AttributeError, OSError):
-                pass
-            try:
-                done.append(self._prepare(state, ino, off, tmp))
-            except BaseException as exc:  # re-raised below
-                failed.append(exc)
-
-        helper = threading.Thread(target=prepare, name="dprivacy-budget-compaction",
-                                  daemon=True)
         try:
-            helper.start()
-            helper.join()
-            if failed:
-                raise failed[0]
-            if not done or done[0] is None:  # the store was replaced meanwhile
+            size = self._build_snapshot(state, ino, off, tmp)
+            if size is None:  # the store was replaced meanwhile
                 if os.path.exists(tmp):
                     os.unlink(tmp)
                 return
-            size, copied = done[0]
             with open(self.path, "rb") as src:  # the old file, even if renamed meanwhile
                 if os.fstat(src.fileno()).st_ino != ino:
                     os.unlink(tmp)
                     return
+                copied = off
+                for _round in range(_CATCH_UP_ROUNDS):  # without the lock: committed records
+                    end = self._off  # (advanced after each commit's fsync) copied in bulk
+                    if self._ino != ino or end - copied <= _TAIL_UNDER_LOCK:
+                        break
+                    copied += _copy_range(src, copied, end, tmp)
                 with self.locked():  # the few records committed since, then the rename
                     if self._ino != ino or os.stat(self.path).st_ino != ino:
                         os.unlink(tmp)  # the store was replaced meanwhile: this copy is stale
@@ -421,35 +411,41 @@ class SlotStore:
             if os.path.exists(tmp):
                 os.unlink(tmp)
 
-    def _prepare(self, state: tuple[Any, ...] | None, ino: int | None, off: int,
-                 tmp: str) -> tuple[int, int] | None:
-        """Write the snapshot of the file up to ``off`` to ``tmp``, synced, then append the
-        records committed since in bulk, without the lock (in up to ``_CATCH_UP_ROUNDS``
-        rounds, while more than ``_TAIL_UNDER_LOCK`` bytes are new); returns (the snapshot's
-        size, the file offset copied up to), or None if the store was replaced meanwhile."""
+    def _build_snapshot(self, state: tuple[Any, ...] | None, ino: int, off: int,
+                        tmp: str) -> int | None:
+        """Write the snapshot of the file up to ``off`` (or of ``state``) to ``tmp``, synced;
+        its size, or None if the store was replaced meanwhile."""
         assert self.path is not None
-        if state is None:
-            state = _replayed(self.path, ino, off)
-        if state is None:
-            return None
-        data = _snapshot_bytes(*state)
-        with open(tmp, "wb") as f:  # synced in slices: a query's own fsync (its commit)
-            view = memoryview(data)  # never waits behind the whole snapshot's dirty pages
-            for start in range(0, len(data), _SYNC_SLICE):
-                f.write(view[start: start + _SYNC_SLICE])
-                f.flush()
-                os.fdatasync(f.fileno())
-            os.fsync(f.fileno())
-        copied = off
-        with open(self.path, "rb") as src:
-            if os.fstat(src.fileno()).st_ino != ino:
-                return None
-            for _round in range(_CATCH_UP_ROUNDS):  # committed records copied in bulk
-                end = self._off  # (advanced after each commit's fsync)
-                if self._ino != ino or end - copied <= _TAIL_UNDER_LOCK:
-                    break
-                copied += _copy_range(src, copied, end, tmp)
-        return len(data), copied
+        if state is None and self.compact_in_process:
+            size = _build_in_child(self.path, ino, off, tmp)
+            if size is not False:
+                return size
+        failed: list[BaseException] = []
+        done: list[int | None] = []
+
+        def prepare() -> None:
+            try:  # this thread only (Linux): queries keep the CPU while a snapshot compresses
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), _NICE)
+            except (AttributeError, OSError):
+                pass
+            try:
+                st = _replayed(self.path, ino, off) if state is None else state  # type: ignore[arg-type]
+                if st is None:
+                    done.append(None)
+                    return
+                data = _snapshot_bytes(*st)
+                _write_synced(tmp, data)
+                done.append(len(data))
+            except BaseException as exc:  # re-raised by the caller's thread
+                failed.append(exc)
+
+        helper = threading.Thread(target=prepare, name="dprivacy-budget-compaction",
+                                  daemon=True)
+        helper.start()
+        helper.join()
+        if failed:
+            raise failed[0]
+        return done[0] if done else None
 
     def wait_for_compaction(self, timeout: float | None = None) -> None:
         """Wait until a background compaction (if any) has finished."""
@@ -584,14 +580,14 @@ def _debit(rem: np.ndarray, slots: np.ndarray, amounts: int | np.ndarray) -> Non
 
 def _copy_range(src: Any, start: int, end: int, tmp: str) -> int:
     """Append bytes [start, end) of the open file ``src`` to ``tmp`` and sync them (in slices of
-    ``_SYNC_SLICE``, as the snapshot); the bytes copied."""
+    ``SYNC_SLICE``, as the snapshot); the bytes copied."""
     if end <= start:
         return 0
     src.seek(start)
     with open(tmp, "ab") as f:
         pos = start
         while pos < end:
-            chunk = src.read(min(_SYNC_SLICE, end - pos))
+            chunk = src.read(min(SYNC_SLICE, end - pos))
             if not chunk:
                 raise OSError("the budget file is shorter than its committed records")
             f.write(chunk)
@@ -602,94 +598,42 @@ def _copy_range(src: Any, start: int, end: int, tmp: str) -> int:
     return end - start
 
 
-def _read_snapshot(f: Any, path: str) -> tuple[dict[str, Any], list[bytes], int]:
-    """(the header, the compressed blobs, the offset of the first record) of the snapshot at
-    the start of the open file ``f``, its CRC checked."""
-    head = f.read(16)
-    if len(head) < 16 or head[:8] != _MAGIC:
-        raise ValidationError(f"{path} is not a dprivacy budget file")
-    (mlen,) = struct.unpack("<Q", head[8:])
-    meta_b = f.read(mlen)
-    meta = json.loads(meta_b)
-    blobs = [f.read(n) for n in meta["blobs"]]
-    (crc,) = struct.unpack("<I", f.read(4))
-    got = zlib.crc32(meta_b, zlib.crc32(head[8:]))
-    for b in blobs:
-        got = zlib.crc32(b, got)
-    if got != crc:
-        raise ValidationError(f"{path}: the budget snapshot is corrupt (CRC)")
-    return meta, blobs, f.tell()
+_CHILD_SECONDS = 600  # a child building a snapshot is killed after this long
 
 
-def _replay_into(data: bytes, remaining: np.ndarray, queries: list[list[Any]]
-                 ) -> tuple[int, int | None]:
-    """Apply the complete records at the start of ``data`` to ``remaining`` (their bitmaps
-    folded together: :class:`~dprivacy.tables.budgets.slot_kernels.BitFolder`) and append
-    them to ``queries``; returns (the bytes they take, the next query number or None if
-    there was no record)."""
-    pos = 0
-    next_query = None
-    folder = slot_kernels.BitFolder(remaining)
+def _build_in_child(path: str, ino: int, off: int, tmp: str) -> int | None | bool:
+    """Build the snapshot in a child process (:mod:`~dprivacy.tables.budgets.slot_snapshot`, at
+    the lowest CPU priority): its size, None if the store was replaced meanwhile, or False if
+    no child could be started (the caller then builds it in a thread)."""
+    import subprocess
+    import sys
+
+    import dprivacy
+
+    if not sys.executable:
+        return False
+    root = os.path.dirname(os.path.dirname(os.path.abspath(dprivacy.__file__)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     try:
-        while pos + _REC_HEAD.size <= len(data):
-            magic, n, crc = _REC_HEAD.unpack_from(data, pos)
-            payload = data[pos + _REC_HEAD.size: pos + _REC_HEAD.size + n]
-            if magic != _REC or len(payload) < n or zlib.crc32(payload) != crc:
-                break
-            (mlen,) = struct.unpack_from("<I", payload, 0)
-            meta = json.loads(payload[4: 4 + mlen])
-            payers, total = _apply_record(remaining, meta, payload, 4 + mlen, folder)
-            next_query = int(meta["q"]) + 1
-            queries.append([int(meta["q"]), meta["label"], payers, total])
-            pos += _REC_HEAD.size + n
-    finally:
-        folder.flush()
-    return pos, next_query
-
-
-def _replayed(path: str, ino: int | None, off: int) -> tuple[Any, ...] | None:
-    """The arguments of :func:`_snapshot_bytes` for the budgets as the file ``path`` holds them
-    up to byte ``off`` (its snapshot and the records before ``off``; ids and initial budgets
-    kept compressed, as they never change), read into fresh arrays; None if the file is no
-    longer inode ``ino``."""
-    with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_ino != ino:
-            return None
-        meta, blobs, start = _read_snapshot(f, path)
-        if start > off:
-            return None
-        data = f.read(off - start)
-    raw = meta["raw"]
-    remaining = _unpack_array(blobs[2], raw[2])
-    queries = json.loads(_unpack(blobs[3], raw[3]) or b"[]")
-    pos, nq = _replay_into(data, remaining, queries)
-    if pos != len(data):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dprivacy.tables.budgets.slot_snapshot", path, str(ino),
+             str(off), tmp], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+            close_fds=True)
+    except OSError:
+        return False
+    try:
+        out, err = proc.communicate(timeout=_CHILD_SECONDS)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise OSError("the snapshot's child process took too long") from None
+    if proc.returncode == STALE:
         return None
-    packed = (blobs[0], int(raw[0]), blobs[1], int(raw[1]))
-    return (bool(meta["identity"]), None, None, remaining, queries, int(meta["next_id"]),
-            int(meta["next_query"]) if nq is None else nq, packed)
-
-
-def _snapshot_bytes(identity: bool, ids: np.ndarray | None, initial: np.ndarray | None,
-                    remaining: np.ndarray, queries: list[list[Any]], next_id: int,
-                    next_query: int, packed: tuple[bytes, int, bytes, int] | None = None
-                    ) -> bytes:
-    """The snapshot: magic, header, compressed arrays and query log, CRC-32 (``identity``:
-    slot i holds person i, no ids stored; ``packed``: ids and initial budgets already
-    compressed, with their sizes, as an earlier snapshot holds them — records never change
-    either; else they are compressed from ``ids`` and ``initial``)."""
-    log = json.dumps(queries).encode()
-    if packed is None:
-        assert initial is not None and (identity or ids is not None)
-        packed = (b"" if identity or ids is None else _pack(ids),
-                  0 if identity or ids is None else ids.nbytes, _pack(initial), initial.nbytes)
-    blobs = [packed[0], packed[2], _pack(remaining), _pack(log)]
-    raw = [packed[1], packed[3], remaining.nbytes, len(log)]
-    meta = json.dumps({"n": int(remaining.size), "identity": identity, "next_id": next_id,
-                       "next_query": next_query, "blobs": [len(b) for b in blobs],
-                       "raw": raw}).encode()
-    body = struct.pack("<Q", len(meta)) + meta + b"".join(blobs)
-    return _MAGIC + body + struct.pack("<I", zlib.crc32(body))
+    if proc.returncode != 0:
+        tail = err.decode(errors="replace").strip().splitlines()[-1:] or ["no message"]
+        raise OSError(f"the snapshot's child process failed ({proc.returncode}): {tail[0]}")
+    return int(out.split()[-1])
 
 
 def _remove_stale_temporaries(path: str) -> None:

@@ -1,5 +1,6 @@
-"""Compaction off the query path: the snapshot is written by a background thread, records
-committed meanwhile are kept, a stale copy is dropped, and a reopened store sees every charge."""
+"""Compaction off the query path: the snapshot is built in the background (a child process by
+default, a helper thread otherwise), records committed meanwhile are kept, a stale copy is
+dropped, and a reopened store sees every charge."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from dprivacy.tables.budgets import slot_store
 from dprivacy.tables.budgets.slot_store import SlotStore
 
 
-def _store(path, n=1000, budget=10**9):
+def _store(path, n=1000, budget=10**9, process=False):
     s = SlotStore(path)
+    s.compact_in_process = process  # the tests that block the snapshot need it in a thread
     with s.locked():
         s.add(np.arange(n, dtype=np.int64), np.full(n, budget, np.int64))
     return s
@@ -190,3 +192,57 @@ def test_the_snapshot_is_built_at_the_lowest_priority_and_renamed_by_another_thr
     s.close()
     with SlotStore(path).locked() as again:
         assert list((10**9 - again.remaining[:11]) // 1000) == [1] * 10 + [0]
+
+
+def test_the_default_builds_the_snapshot_in_a_child_process(tmp_path, monkeypatch):
+    """By default the snapshot is built by a child process; records committed while it runs
+    are kept, and the rename runs in the background thread, not in the query's."""
+    built, renamed = [], []
+    real_child, real_replace = slot_store._build_in_child, os.replace
+
+    def child(*a):
+        built.append(real_child(*a))
+        return built[-1]
+
+    def replace(src, dst):
+        renamed.append(threading.current_thread().name)
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(slot_store, "_build_in_child", child)
+    monkeypatch.setattr(slot_store, "_BACKSTOP", 10**6)  # never far enough behind
+    path = str(tmp_path / "b.dpb")
+    s = _store(path, n=5000, process=True)
+    fresh = SlotStore(path)
+    assert fresh.compact_in_process  # the default
+    fresh.close()
+    monkeypatch.setattr(os, "replace", replace)
+    s.compact_bytes = 1
+    ino = os.stat(path).st_ino
+    _charge(s, range(0, 3000))                     # starts the child
+    for k in range(4):                             # while it imports and builds
+        _charge(s, range(1000 * k, 1000 * k + 1500), label=f"during{k}")
+    s.wait_for_compaction(120)
+    assert s.compaction_error is None
+    assert built and isinstance(built[0], int) and built[0] > 0
+    assert renamed and set(renamed) == {"dprivacy-budget-compaction-commit"}
+    assert os.stat(path).st_ino != ino
+    expected = s.remaining.copy()
+    s.close()
+    with SlotStore(path).locked() as again:
+        np.testing.assert_array_equal(again.remaining, expected)
+        assert [q[1] for q in again.queries][-4:] == [f"during{k}" for k in range(4)]
+    assert expected[1200] == 10**9 - 3 * 1000 and expected[4999] == 10**9
+
+
+def test_the_child_reports_a_stale_store_and_its_failures(tmp_path):
+    path = str(tmp_path / "b.dpb")
+    s = _store(path, process=True)
+    _charge(s, range(10))
+    ino, off = os.stat(path).st_ino, s._off
+    tmp = str(tmp_path / "b.dpb.tmpx")
+    assert slot_store._build_in_child(path, ino + 1, off, tmp) is None  # replaced meanwhile
+    size = slot_store._build_in_child(path, ino, off, tmp)
+    assert isinstance(size, int) and os.path.getsize(tmp) == size
+    with pytest.raises(OSError, match="child process failed"):
+        slot_store._build_in_child(str(tmp_path / "missing.dpb"), ino, off, tmp)
+    s.close()
