@@ -608,11 +608,10 @@ def _build_in_child(path: str, ino: int, off: int, tmp: str) -> int | None | boo
     import subprocess
     import sys
 
-    import dprivacy
-
     if not sys.executable:
         return False
-    root = os.path.dirname(os.path.dirname(os.path.abspath(dprivacy.__file__)))
+    here = os.path.abspath(__file__)  # <root>/dprivacy/tables/budgets/slot_store.py
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(here))))
     env = dict(os.environ)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     try:
