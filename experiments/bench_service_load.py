@@ -99,8 +99,8 @@ def _has(field: str) -> bool:
 class Server:
     """``python -m dprivacy serve`` in a subprocess, its stderr in ``log``."""
 
-    def __init__(self, cfg: Path, port: int, log: Path) -> None:
-        self.cfg, self.port, self.log = cfg, port, log
+    def __init__(self, cfg: Path, port: int, log: Path, trace: Path | None = None) -> None:
+        self.cfg, self.port, self.log, self.trace = cfg, port, log, trace
         self.url = f"http://127.0.0.1:{port}"
         self.proc: subprocess.Popen | None = None
 
@@ -108,10 +108,13 @@ class Server:
         import httpx
 
         t0 = time.monotonic()
+        env = dict(os.environ)
+        if self.trace is not None:  # the service's own release times, one JSON line a query
+            env["DPRIVACY_SERVICE_TRACE"] = str(self.trace)
         with open(self.log, "a") as err:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "dprivacy", "serve", "--config", str(self.cfg),
-                 "--port", str(self.port)], stdout=subprocess.DEVNULL, stderr=err)
+                 "--port", str(self.port)], stdout=subprocess.DEVNULL, stderr=err, env=env)
         while time.monotonic() - t0 < timeout:
             try:
                 if httpx.get(self.url + "/v1/health", timeout=1).status_code == 200:
@@ -262,8 +265,12 @@ def deadlines(cfg_path: Path, analysts: list[str], body: dict[str, bytes]
                 from dprivacy.service import workbound
 
                 b = workbound.plan_bound(plan.table, plan.query, cfg)
-                out[(a, k)] = workbound.deadline_seconds(cfg, a, b, set(plan.sources),
-                                                         release=rel)
+                try:
+                    out[(a, k)] = workbound.deadline_seconds(cfg, a, b, set(plan.sources),
+                                                             release=rel, body_bytes=len(raw))
+                except TypeError:  # a service without the body's parsing allowance
+                    out[(a, k)] = workbound.deadline_seconds(cfg, a, b, set(plan.sources),
+                                                             release=rel)
                 rule = "static work bound"
             except ImportError:
                 out[(a, k)] = cfg.deadline_seconds(set(plan.sources), release=rel)
@@ -546,6 +553,96 @@ def audit(work: Path, df: pd.DataFrame, cost: dict[str, float], analysts: list[s
     return pd.DataFrame(rows)
 
 
+def _children() -> dict[int, list[int]]:
+    """Every process's children (from /proc)."""
+    out: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        out.setdefault(ppid, []).append(int(d))
+    return out
+
+
+def tree_pss(pid: int) -> tuple[float, int]:
+    """(GB of proportional set size, processes) of ``pid`` and all its descendants: the
+    service, its fork server, the analysts' workers and deciders."""
+    kids = _children()
+    todo, total, n = [pid], 0, 0
+    while todo:
+        p = todo.pop()
+        todo += kids.get(p, [])
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as fh:
+                for line in fh:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1])
+                        n += 1
+                        break
+        except OSError:
+            continue
+    return total / 2**20, n
+
+
+class Memory(threading.Thread):
+    """Samples the service's tree every ``every`` seconds; ``peak_gb``, ``procs``."""
+
+    def __init__(self, server: Server, every: float = 5.0) -> None:
+        super().__init__(daemon=True)
+        self.server, self.every = server, every
+        self.peak_gb, self.procs = 0.0, 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(self.every):
+            proc = self.server.proc
+            if proc is not None and proc.poll() is None:
+                gb, n = tree_pss(proc.pid)
+                if gb > self.peak_gb:
+                    self.peak_gb, self.procs = gb, n
+
+
+def stages(trace: Path, df: pd.DataFrame) -> pd.DataFrame:
+    """Where the lateness comes from, per phase, for the analysts other than a0: each answered
+    request matched to the service's own record of it (``DPRIVACY_SERVICE_TRACE``), lateness =
+    ``arrival`` (client's send to the service's arrival stamp) + ``deadline_diff`` (the
+    service's deadline minus the one computed here) + ``release`` (the service's release minus
+    its deadline) + ``delivery`` (release to the client's receipt), in ms."""
+    if not trace.exists():
+        return pd.DataFrame()
+    tr = pd.DataFrame([json.loads(x) for x in trace.read_text().splitlines() if x.strip()])
+    if tr.empty:
+        return pd.DataFrame()
+    tr = tr[~tr.refused]
+    ok = df[df.status == 200].copy()
+    ok["end"] = ok.start + ok.seconds
+    rows = []
+    for rec in tr.itertuples(index=False):
+        c = ok[(ok.analyst == rec.analyst) & (ok.start <= rec.arrived) & (ok.end >= rec.released)]
+        if not len(c):
+            continue
+        r = c.loc[c.start.idxmax()]
+        rows.append({"phase": r.phase, "analyst": r.analyst, "kind": r.kind,
+                     "late": r.seconds - r.deadline, "arrival": rec.arrived - r.start,
+                     "deadline_diff": (rec.deadline - rec.arrived) - r.deadline,
+                     "release": rec.released - rec.deadline, "delivery": r.end - rec.released})
+    m = pd.DataFrame(rows)
+    out = []
+    for phase in ("steady", "flood"):
+        g = m[(m.phase == phase) & (m.analyst != "a0")] if len(m) else m
+        for comp in ("late", "arrival", "deadline_diff", "release", "delivery"):
+            if len(g):
+                v = 1e3 * g[comp].to_numpy()
+                out.append({"phase": phase, "component": comp, "n": len(v),
+                            "median_ms": float(np.median(v)),
+                            "p99_ms": float(np.quantile(v, 0.99)), "max_ms": float(v.max())})
+    return pd.DataFrame(out)
+
+
 def _cpu_fraction(cfg_path: Path, analyst: str) -> float | None:
     """The fraction of a CPU the service's worker of ``analyst`` is guaranteed (None without
     worker processes)."""
@@ -661,8 +758,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             qs = args.query_seconds or round(max(0.5, 3 * worst * (args.analysts + 1)), 2)
             row_s, capacity = None, None
         keys = write_config(work, args.rows, analysts, qs, row_s, capacity)
-        server = Server(cfg, _port(), work / "serve.log")
+        server = Server(cfg, _port(), work / "serve.log", work / "trace.jsonl")
         started = server.start()
+        memory = Memory(server)
+        memory.start()
         print(f"service started in {started:.1f} s", flush=True)
         dl, rule = deadlines(cfg, analysts, body)
         print(f"deadlines ({rule}): " + ", ".join(f"{k} {dl[(analysts[0], k)]:.3f} s"
@@ -677,9 +776,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         infos["flood"] = run_phase(load, "flood", analysts, args.duration, args.flood,
                                    None if args.no_kill else args.duration / 2)
         print(f"flood: {infos['flood']}", flush=True)
+        memory.done.set()
         server.stop()
         df = pd.DataFrame(load.records)
         summary = summarise(df)
+        parts = stages(work / "trace.jsonl", df)
         aud = audit(work, df, cost, analysts, sum(i["overruns"] for i in infos.values()))
         owner = subprocess.run([sys.executable, "-m", "dprivacy", "budgets", "--config",
                                 str(cfg)], capture_output=True, text=True, timeout=600).stdout
@@ -697,6 +798,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "deadlines_s": {k: dl[(analysts[0], k)] for k in KINDS},
                 "worker_cpu_fraction": _cpu_fraction(cfg, analysts[0]),
                 "pinq_cost": cost, "phases": infos, "service_start_s": started,
+                "service_peak_pss_gb": round(memory.peak_gb, 2),
+                "service_processes": memory.procs,
                 "load_average_start": [round(x, 2) for x in load_start],
                 "load_average_end": [round(x, 2) for x in load_end]}
         with open(out / f"{stem}.md", "w") as fh:
@@ -709,14 +812,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             fh.write("```json\n" + json.dumps(meta, indent=1) + "\n```\n\n")
             fh.write("## Per phase and analyst (lateness = response time - deadline)\n\n")
             fh.write(_markdown(summary, "{:.1f}") + "\n\n")
+            if len(parts):
+                fh.write("## Where the lateness of the other analysts' answers comes from\n\n"
+                         "Each answer matched to the service's own record of it: lateness = "
+                         "arrival (send to the service's arrival stamp) + deadline_diff + "
+                         "release (the service's release minus its deadline) + delivery "
+                         "(release to receipt).\n\n")
+                fh.write(_markdown(parts, "{:.2f}") + "\n\n")
             fh.write("## Budgets: charges against the ledgers\n\n")
             fh.write(_markdown(aud, "{:.4f}") + "\n\n")
             fh.write("## The owner's view after the run (`dprivacy budgets`)\n\n```\n" + owner
                      + "```\n")
         print(summary.to_string(index=False))
+        if len(parts):
+            print(parts.to_string(index=False))
+        print(f"service peak PSS {memory.peak_gb:.2f} GB over {memory.procs} processes")
         print(aud.to_string(index=False))
         print(f"wrote {out / (stem + '.csv')} and .md")
-        return {"summary": summary, "audit": aud, "meta": meta, "records": df}
+        return {"summary": summary, "audit": aud, "meta": meta, "records": df, "stages": parts}
     finally:
         if server is not None:
             server.kill()

@@ -22,6 +22,11 @@ analyst's previous query has not reached its deadline is refused at once with 42
 
 No endpoint returns records, per-person budgets or the ledger. Request bodies larger than the
 configured cap are refused while they are read (413), before any parsing.
+
+A request's arrival is stamped by the outermost middleware, when the event loop first sees the
+request (before its body is read). The event loop only reads requests and releases answers:
+every plan is parsed, checked, bounded and decided in the analyst's own decider process
+(:mod:`dprivacy.service.deciders`).
 """
 
 from __future__ import annotations
@@ -34,12 +39,11 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from dprivacy.errors import BudgetExceededError, DPrivacyError, UnsupportedOperationError
 from dprivacy.service.auth import authenticate
 from dprivacy.service.config import AnalystConfig, ServiceConfig
-from dprivacy.service.plan import Plan, parse_plan, parse_table_request
+from dprivacy.service.decide import no_source as _no_source
 from dprivacy.service.runner import Runner
-from dprivacy.service.workbound import deadline_seconds, plan_bound
+from dprivacy.service.workbound import deadline_seconds
 
 __all__ = ["create_app"]
 
@@ -60,12 +64,21 @@ def one_line(msg: str) -> str:
     return s if len(s) <= _MAX_MSG else s[: _MAX_MSG - 3] + "..."
 
 
-def _status(exc: DPrivacyError) -> int:
-    if isinstance(exc, BudgetExceededError):
-        return 409
-    if isinstance(exc, UnsupportedOperationError) and not isinstance(exc, ValueError):
-        return 422
-    return 400
+class _Arrival:
+    """The outermost ASGI middleware: stamps ``scope["state"]["arrived"]``
+    (``time.monotonic()``) when the event loop first sees a request."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            scope.setdefault("state", {})["arrived"] = time.monotonic()
+        await self.app(scope, receive, send)
+
+
+def _arrived(request: Request) -> float:
+    return float(request.scope.get("state", {}).get("arrived", time.monotonic()))
 
 
 def _json_value(v: Any) -> Any:
@@ -89,6 +102,7 @@ def create_app(cfg: ServiceConfig, runner: Runner | None = None) -> Any:
     cfg = run.cfg  # with the costs measured at start, if the configuration asks for it
     app = FastAPI(title="dprivacy", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.runner = run
+    app.add_middleware(_Arrival)
 
     @app.exception_handler(_Refusal)
     async def _refused(request: Request, exc: _Refusal) -> JSONResponse:
@@ -104,12 +118,11 @@ def create_app(cfg: ServiceConfig, runner: Runner | None = None) -> Any:
 
     def no_source(name: str) -> _Refusal:
         """The one answer for a source that does not exist or that the analyst may not use."""
-        return _Refusal(404, "LookupError", f"no source {name[:64]!r}")
+        return refused(_no_source(name))
 
-    def allowed(a: AnalystConfig, names: Any) -> None:
-        for n in sorted(names):
-            if not a.may_use(n):
-                raise no_source(n)
+    def refused(r: tuple[Any, ...]) -> _Refusal:
+        """A decider's refusal ``("refused", status, class, message)``."""
+        return _Refusal(int(r[1]), str(r[2]), str(r[3]))
 
     async def body(request: Request) -> bytes:
         cap = cfg.max_body_bytes
@@ -123,16 +136,16 @@ def create_app(cfg: ServiceConfig, runner: Runner | None = None) -> Any:
                 raise _Refusal(413, "ValidationError", f"the request is larger than {cap} bytes")
         return bytes(buf)
 
-    def parsed(raw: bytes, parse: Any) -> Plan:
+    async def ask(a: AnalystConfig, op: str, *args: Any) -> tuple[Any, ...]:
+        """The analyst's decider's reply; its refusal raised as one."""
         try:
-            return parse(raw, cfg)
-        except LookupError as exc:
-            raise no_source(str(exc.args[0])) from None
-        except DPrivacyError as exc:
-            raise _Refusal(400, type(exc).__name__, str(exc)) from None
-
-    def refusal(exc: DPrivacyError) -> _Refusal:
-        return _Refusal(_status(exc), type(exc).__name__, str(exc))
+            out = await run.ask(a.name, op, *args)
+        except RuntimeError:
+            raise _Refusal(500, "ServiceError", "the service failed to handle this request; "
+                           "nothing was charged") from None
+        if out[0] == "refused":
+            raise refused(out)
+        return out
 
     @app.get("/v1/health")
     async def health() -> dict[str, Any]:
@@ -144,25 +157,25 @@ def create_app(cfg: ServiceConfig, runner: Runner | None = None) -> Any:
         return {"sources": [{"name": s.name, "kind": s.kind} for s in cfg.sources
                             if a.may_use(s.name)]}
 
-    def usable(request: Request, name: str) -> Any:
-        """The source ``name`` if the caller may use it; a one-line refusal otherwise."""
+    def usable(request: Request, name: str) -> tuple[AnalystConfig, Any]:
+        """The caller and the source ``name`` if the caller may use it; a one-line refusal
+        otherwise."""
         a = who(request)
         src = cfg.source(name)
         if src is None or not a.may_use(name):
             raise no_source(name)
-        return src
+        return a, src
 
     @app.get("/v1/sources/{name}")
     async def source(name: str, request: Request) -> dict[str, Any]:
-        src = usable(request, name)
-        plan = Plan({"source": name, "steps": []}, None, frozenset({name}))
-        a = who(request)
-        return {"name": name, "kind": src.kind, "schema": await run.schema(plan, a.name)}
+        a, src = usable(request, name)
+        out = await ask(a, "schema", None, name)
+        return {"name": name, "kind": src.kind, "schema": out[1]}
 
     @app.get("/v1/sources/{name}/release")
     async def release_inputs(name: str, request: Request) -> dict[str, Any]:
         usable(request, name)
-        inputs = run.shadows.releases.get(name)
+        inputs = run.releases.get(name)
         if inputs is None:
             raise _Refusal(422, "UnsupportedOperationError", f"source {name!r} has no release "
                            "universe and metric (the data owner configures [source.release])")
@@ -173,79 +186,59 @@ def create_app(cfg: ServiceConfig, runner: Runner | None = None) -> Any:
         service's own state."""
         await asyncio.sleep(max(0.0, arrived + cfg.query_seconds - time.monotonic()))
 
-    async def table_request(request: Request, answer: Any) -> dict[str, Any]:
-        """A ``{"v", "table"}`` request: authenticate, parse, check the sources, then
-        ``await answer(analyst, plan)``; a refusal at any step is held to the default
-        deadline."""
-        arrived = time.monotonic()
-        a = who(request)
-        try:
-            plan = parsed(await body(request), parse_table_request)
-            allowed(a, plan.sources)
-            try:
-                return dict(await answer(a, plan))
-            except DPrivacyError as exc:
-                raise refusal(exc) from None
-        except _Refusal as exc:
-            if exc.status != 429:
-                await held(arrived)
-            raise
-
-    @app.post("/v1/schema")
-    async def schema(request: Request) -> dict[str, Any]:
-        async def answer(a: AnalystConfig, plan: Plan) -> dict[str, Any]:
-            try:
-                return {"schema": await run.schema(plan, a.name)}
-            except DPrivacyError:
-                raise
-            except Exception as exc:  # computed on the empty shadows: depends on the plan only
-                raise _Refusal(400, "ValidationError", f"the plan cannot be built: "
-                               f"{type(exc).__name__}") from None
-
-        return await table_request(request, answer)
-
     def lane_full(a: AnalystConfig, wait: float) -> _Refusal:
         """Refused at once: the analyst's lane holds a query until its deadline."""
         return _Refusal(429, "ServiceBusyError",
                         f"analyst {a.name!r} has a query in flight: one at a time; retry in "
                         f"{wait:.3f} s", headers={"Retry-After": str(max(1, math.ceil(wait)))})
 
+    @app.post("/v1/schema")
+    async def schema(request: Request) -> dict[str, Any]:
+        arrived = _arrived(request)
+        a = who(request)
+        try:
+            return {"schema": (await ask(a, "schema", await body(request)))[1]}
+        except _Refusal:  # held to the default deadline
+            await held(arrived)
+            raise
+
     @app.post("/v1/budget")
     async def budget(request: Request) -> dict[str, Any]:
-        async def answer(a: AnalystConfig, plan: Plan) -> dict[str, Any]:
-            wait = run.lanes.busy_for(a.name, time.monotonic())
-            if wait > 0:  # the budget moves when the engine reaches the query: not before its
-                raise lane_full(a, wait)  # deadline
-            return {"remaining": await run.budget(a.name, plan)}
-
-        return await table_request(request, answer)
+        arrived = _arrived(request)
+        a = who(request)
+        # the budget moves when a query is decided: not read while one is in flight
+        wait = run.lanes.busy_for(a.name, arrived)
+        try:
+            out = await ask(a, "budget", await body(request), wait)
+        except _Refusal:  # held to the default deadline
+            await held(arrived)
+            raise
+        if out[0] == "busy":
+            raise lane_full(a, float(out[1]))
+        return {"remaining": out[1]}
 
     @app.post("/v1/query")
     async def query(request: Request) -> dict[str, Any]:
-        arrived = time.monotonic()
+        arrived = _arrived(request)
         a = who(request)
         wait = run.lanes.busy_for(a.name, arrived)
         if wait > 0:  # refused at once, before the body is even read
             raise lane_full(a, wait)
-        try:
-            plan = parsed(await body(request), parse_plan)
-            allowed(a, plan.sources)
-            assert plan.query is not None
-            try:  # the static work bound: from the plan and the sources' caps only
-                bound = plan_bound(plan.table, plan.query, cfg)
-            except DPrivacyError as exc:
-                raise refusal(exc) from None
-        except _Refusal:  # refusals, too, come at the (default) deadline
-            await held(arrived)
+        try:  # parsed, checked and bounded (from the plan and the caps only) by the decider
+            raw = await body(request)
+            _ok, token, bound, names, release = await ask(a, "bound", raw)
+        except _Refusal as exc:  # refusals, too, come at the (default) deadline
+            if exc.status != 500:
+                await held(arrived)
             raise
-        deadline = arrived + deadline_seconds(cfg, a.name, bound, set(plan.sources),
-                                              release=plan.query["op"] == "release")
-        wait = run.lanes.admit(a.name, time.monotonic(), deadline)
+        deadline = arrived + deadline_seconds(cfg, a.name, bound, set(names), release=release,
+                                              body_bytes=len(raw))
+        wait = run.lanes.admit(a.name, arrived, deadline)
         if wait > 0:
             raise lane_full(a, wait)
-        out = await run.query(a.name, plan, deadline)
+        out = await run.query(a.name, token, raw, arrived, deadline)
         if out.error is not None:
-            raise refusal(out.error)
+            raise refused(out.error)
         return {"value": _json_value(out.value)}
 
     return app

@@ -14,7 +14,10 @@ therefore guaranteed
 
 of one CPU whenever it is runnable, whatever the other analysts' workers do: a flooding analyst
 has one worker, one query at a time, and its weight. The service process itself mostly sleeps
-(it parses requests and waits for deadlines); processes outside the service (other users of the
+(it reads requests and waits for deadlines); each analyst's decider process
+(:mod:`dprivacy.service.deciders`) works briefly at each admitted request, on empty tables
+(a cost that depends on the plan only, within the margin of the calibrated costs); processes
+outside the service (other users of the
 machine) take their own share, which the margin of the calibrated costs must cover.
 
 Everything here follows from the configuration and the service process's own nice value, never
@@ -28,10 +31,14 @@ import os
 
 from dprivacy.service.config import ServiceConfig
 
-__all__ = ["WORKER_NICE", "worker_nice", "cpu_fraction", "nice_weight"]
+__all__ = ["WORKER_NICE", "DECIDER_NICE", "worker_nice", "cpu_fraction", "nice_weight",
+           "base_nice"]
 
 #: how many nice steps the workers run below the service process
 WORKER_NICE = 5
+#: how many nice steps the analysts' decider processes (:mod:`dprivacy.service.deciders`) run
+#: below the service process: after its event loop, before the workers
+DECIDER_NICE = 2
 
 # Linux's sched_prio_to_weight for nice 0..19 (kernel/sched/core.c)
 _WEIGHTS = (1024, 820, 655, 526, 423, 335, 272, 215, 172, 137,
@@ -43,7 +50,8 @@ def nice_weight(nice: int) -> int:
     return _WEIGHTS[min(19, max(0, nice))]
 
 
-def _base_nice() -> int:
+def base_nice() -> int:
+    """This process's nice value (the service process's, where the service computes shares)."""
     return os.getpriority(os.PRIO_PROCESS, 0)
 
 
@@ -51,7 +59,7 @@ def worker_nice(cfg: ServiceConfig, analyst: str, base: int | None = None) -> in
     """The nice value of ``analyst``'s worker: the service's own (``base``; default this
     process's), plus ``WORKER_NICE``, plus ``round(log_1.25(largest share / own share))``;
     at most 19."""
-    b = _base_nice() if base is None else base
+    b = base_nice() if base is None else base
     top = max(cfg.share(a.name) for a in cfg.analysts)
     extra = round(math.log(top / cfg.share(analyst)) / math.log(1.25))
     return min(19, b + WORKER_NICE + max(0, extra))

@@ -38,8 +38,10 @@ row of work; ``steps`` counts the steps of every table of the plan. Every step c
 (:func:`capacity_seconds`): the one capacity check is on rows, and the cost in seconds of any
 admitted plan is at most ``B``. A query of analyst ``a`` runs alone on the analyst's own worker
 process, which is guaranteed a fraction ``f_a`` of one CPU (:mod:`dprivacy.service.shares`),
-so it is answered ``max(query_seconds, C / f_a)`` seconds after it arrived
-(:mod:`dprivacy.service.lanes`).
+so it is answered ``max(query_seconds, (C + 2 · P) / f_a)`` seconds after it arrived
+(:mod:`dprivacy.service.lanes`), where ``P = body bytes · PARSE_SECONDS_PER_BYTE`` bounds the
+parsing of the request's body (its size is capped and public), done once by the analyst's
+decider and once by the worker.
 
 **Engines.** A plan reads sources of one engine. Sources with ``engine = "spark"`` have Spark's
 own costs and capacity (``[spark]`` ``base_seconds``, ``step_seconds``, ``row_seconds``,
@@ -58,7 +60,12 @@ from dprivacy.service.config import ServiceConfig
 from dprivacy.service.plan import MAX_TABLES
 from dprivacy.service.shares import cpu_fraction
 
-__all__ = ["WorkBound", "plan_bound", "capacity_seconds", "deadline_seconds", "table_rows"]
+__all__ = ["WorkBound", "plan_bound", "capacity_seconds", "deadline_seconds", "table_rows",
+           "PARSE_SECONDS_PER_BYTE"]
+
+#: The time allowed to parse and check one byte of a request's body (JSON and the plan's
+#: checks run at 20-50 MB/s on one core; 10 MB/s leaves the margin of a loaded machine).
+PARSE_SECONDS_PER_BYTE = 1e-7
 
 
 @dataclass(frozen=True)
@@ -196,8 +203,10 @@ def capacity_seconds(cfg: ServiceConfig, engine: str | None = None) -> float:
 
 
 def deadline_seconds(cfg: ServiceConfig, analyst: str, bound: WorkBound, sources: set[str],
-                     *, release: bool = False) -> float:
-    """Seconds from a query's arrival to its answer: ``max(query_seconds, C / f_a)`` (see the
-    module doc; ``query_seconds`` is the largest of the plan's sources')."""
+                     *, release: bool = False, body_bytes: int = 0) -> float:
+    """Seconds from a query's arrival to its answer: ``max(query_seconds, (C + 2 · P) / f_a)``
+    with ``P = body_bytes · PARSE_SECONDS_PER_BYTE`` (see the module doc; ``query_seconds`` is
+    the largest of the plan's sources')."""
     floor = cfg.deadline_seconds(sources, release=release)
-    return max(floor, bound.seconds(cfg) / cpu_fraction(cfg, analyst))
+    parse = 2 * body_bytes * PARSE_SECONDS_PER_BYTE
+    return max(floor, (bound.seconds(cfg) + parse) / cpu_fraction(cfg, analyst))

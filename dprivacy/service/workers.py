@@ -10,9 +10,15 @@ service process, whose event loop releases the answers, so the release path is n
 query).
 
 The service process talks to the worker over a pipe from a dispatch thread of the analyst's
-lane: it sends the plan and waits for the answer until the query's deadline. A worker that has
-not answered by then is killed (``SIGKILL``) and a fresh one is started in its place; the
-lane's answer is then the decided default (:mod:`dprivacy.service.decide`), whatever the data.
+lane: it sends the request's body (the worker parses it again: its plan was checked by the
+analyst's decider, :mod:`dprivacy.service.deciders`) and waits for the answer. The service
+takes the answer if it is there at the query's cutoff, just before the deadline
+(:mod:`dprivacy.service.runner`); otherwise the decided default is released
+(:mod:`dprivacy.service.decide`), whatever the data. A worker with no answer shortly after the
+deadline is killed (``SIGKILL``), after the release so that the kill's work cannot move it,
+and a fresh one is started in its place a little later (:meth:`LaneWorker.replace`, scheduled
+by the service); until then the analyst's queries get the default without any worker work
+(:meth:`LaneWorker.run` returns None for them).
 A charge the killed worker had committed stands (the people's budget stores are crash-safe: a
 record is complete or discarded); an ``as_pinq`` table or a partition it held is rebuilt by the
 next worker, which charges its payers again (more spending, never less).
@@ -72,12 +78,13 @@ def _die_with_parent() -> None:
 def _worker_main(cfg: ServiceConfig, analyst: str, conn: Any, nice: int) -> None:
     """The worker process: open the analyst's sources, then answer jobs until the pipe closes.
 
-    A job is ``(stall, table, query, source)``; the reply ``("value", v)``, ``("refused",
+    A job is ``(stall, body)``; the reply ``("value", v)``, ``("refused",
     name)`` (a library refusal) or ``("failed", name)`` (any other exception)."""
     _die_with_parent()
     with contextlib.suppress(OSError):
         os.setpriority(os.PRIO_PROCESS, 0, nice)
     from dprivacy.service.execute import Builder, run_query
+    from dprivacy.service.plan import parse_plan
     from dprivacy.service.sources import Owner
 
     try:
@@ -95,12 +102,14 @@ def _worker_main(cfg: ServiceConfig, analyst: str, conn: Any, nice: int) -> None
             return
         if job is None:
             return
-        stall, table, query, source = job
+        stall, raw = job
         if stall:
             time.sleep(stall)
         try:
-            out: tuple[str, Any] = ("value", run_query(builder.table(table), query,
-                                                       owner.releases.get(source)))
+            plan = parse_plan(raw, cfg)
+            assert plan.query is not None
+            out: tuple[str, Any] = ("value", run_query(builder.table(plan.table), plan.query,
+                                                       owner.releases.get(plan.source)))
         except DPrivacyError as exc:
             out = ("refused", type(exc).__name__)
         except Exception as exc:  # noqa: BLE001 - the service answers the default
@@ -175,17 +184,19 @@ class LaneWorker:
             self.ready = msg[0] == "ready"
         return True
 
-    def run(self, job: tuple[Any, ...], deadline: float) -> tuple[str, Any] | None:
-        """Run ``job`` on the worker; its reply, or None if there was none by ``deadline``
-        (the worker is then killed at once; :meth:`replace` starts a new one)."""
-        self.replace()
+    def run(self, job: tuple[Any, ...], give_up: float) -> tuple[str, Any] | None:
+        """Run ``job`` on the worker; its reply, or None if there was none by ``give_up``
+        (``time.monotonic()``; the worker is then killed at once) or if the worker was killed
+        and not replaced yet (nothing is sent: only :meth:`replace` starts a new one)."""
+        if self.dead:
+            return None
         try:
-            if not self.wait_ready(deadline):  # still starting (after a kill): not sent
+            if not self.wait_ready(give_up):  # still starting (after a kill): not sent
                 log.warning("the worker of analyst %r was not ready by the deadline",
                             self.analyst)
                 return None
             self.conn.send(job)
-            left = deadline - time.monotonic()
+            left = give_up - time.monotonic()
             if left > 0 and self.conn.poll(left):
                 out: tuple[str, Any] = self.conn.recv()
                 return out
