@@ -30,17 +30,20 @@ class BackgroundServer:
     """uvicorn serving ``app`` on ``host:port`` (0: a free port) in a daemon thread.
 
     Attributes ``url``, ``server`` (the uvicorn server), ``thread`` and ``sock``; :meth:`stop`.
+    ``http`` is uvicorn's HTTP protocol (a name or a class).
     Raises RuntimeError naming ``what`` if the server has not started within ``start_timeout``
     seconds.
     """
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, *,
-                 what: str = "the server", start_timeout: float = 20.0) -> None:
+                 what: str = "the server", start_timeout: float = 20.0,
+                 http: Any = "auto") -> None:
         import uvicorn
 
         self.sock = listening_socket(host, port)
         self.url = f"http://{host}:{self.sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False,
+                                                    http=http))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
                                        daemon=True)
         self.thread.start()

@@ -24,7 +24,12 @@ does), refusals at admission (HTTP 429/503), budget refusals (409), connection f
 server's count of overruns (its log); and the budget audit: each analyst's PINQ ledger spending
 against the costs of the answers they received (each kind's cost measured on the ledger in a
 warm-up), and the ProPer store's committed queries against the ProPer answers. The owner's
-``dprivacy budgets`` output is appended to the report.
+``dprivacy budgets`` output is appended to the report. Where the lateness comes from: the
+service writes its own arrival stamp, deadline and release time of every query
+(``DPRIVACY_SERVICE_TRACE``), and each answer's lateness is split into the client's send to the
+arrival stamp, the service's release after its deadline and the response's delivery. The
+service's memory: the peak proportional set size (PSS) of its process tree (the service, its
+fork server, the workers and the deciders), sampled every 5 s.
 
 The service runs each analyst's queries in a worker process of their own, 5 nice steps below
 the service process; the costs are calibrated here on one DuckDB thread (as a worker runs them)
@@ -294,10 +299,11 @@ class Load:
         """Send one request and record it; (HTTP status or -1, Retry-After seconds)."""
         import httpx
 
-        t0 = time.monotonic()
+        req = client.build_request("POST", "/v1/query", content=self.body[kind])
+        t0 = time.monotonic()  # the request is built: its sending starts now
         status, value, retry = -1, None, 0.0
         try:
-            r = client.post("/v1/query", content=self.body[kind])
+            r = client.send(req)
             status = r.status_code
             if status == 200:
                 value = r.json()["value"]
@@ -380,10 +386,11 @@ def _flood_process(url: str, key: str, body: dict[str, bytes], period: float, th
         if not hasattr(local, "client"):
             local.client = httpx.Client(base_url=url, timeout=600, headers={
                 "Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+        req = local.client.build_request("POST", "/v1/query", content=body[kind])
         t0 = time.monotonic()
         status, value = -1, None
         try:
-            r = local.client.post("/v1/query", content=body[kind])
+            r = local.client.send(req)
             status = r.status_code
             if status == 200:
                 value = r.json()["value"]

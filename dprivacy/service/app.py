@@ -23,10 +23,11 @@ analyst's previous query has not reached its deadline is refused at once with 42
 No endpoint returns records, per-person budgets or the ledger. Request bodies larger than the
 configured cap are refused while they are read (413), before any parsing.
 
-A request's arrival is stamped by the outermost middleware, when the event loop first sees the
-request (before its body is read). The event loop only reads requests and releases answers:
-every plan is parsed, checked, bounded and decided in the analyst's own decider process
-(:mod:`dprivacy.service.deciders`).
+A request's arrival is stamped when the bytes completing its headers are received
+(:func:`stamped_protocol`, which ``dprivacy serve`` runs; otherwise by the outermost middleware,
+when the request's task first runs), before its body is read. The event loop only reads
+requests and releases answers: every plan is parsed, checked, bounded and decided in the
+analyst's own decider process (:mod:`dprivacy.service.deciders`).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from dprivacy.service.decide import no_source as _no_source
 from dprivacy.service.runner import Runner
 from dprivacy.service.workbound import deadline_seconds
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "stamped_protocol"]
 
 _MAX_MSG = 400
 
@@ -64,16 +65,36 @@ def one_line(msg: str) -> str:
     return s if len(s) <= _MAX_MSG else s[: _MAX_MSG - 3] + "..."
 
 
+def stamped_protocol() -> type:
+    """uvicorn's h11 HTTP protocol, stamping ``scope["state"]["arrived"]``
+    (``time.monotonic()``) when the bytes that complete a request's headers are received: the
+    arrival does not wait for the event loop to run the request's task (behind other requests
+    that arrived at the same moment) nor for the body."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class StampedH11Protocol(H11Protocol):
+        def data_received(self, data: bytes) -> None:
+            now = time.monotonic()
+            before = getattr(self, "scope", None)
+            super().data_received(data)
+            scope = getattr(self, "scope", None)
+            if scope is not None and scope is not before:  # a request's headers, just read
+                scope.setdefault("state", {})["arrived"] = now
+
+    return StampedH11Protocol
+
+
 class _Arrival:
     """The outermost ASGI middleware: stamps ``scope["state"]["arrived"]``
-    (``time.monotonic()``) when the event loop first sees a request."""
+    (``time.monotonic()``) when the request's task first runs, unless the HTTP protocol
+    stamped it when its headers were read (:func:`stamped_protocol`)."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
-            scope.setdefault("state", {})["arrived"] = time.monotonic()
+            scope.setdefault("state", {}).setdefault("arrived", time.monotonic())
         await self.app(scope, receive, send)
 
 

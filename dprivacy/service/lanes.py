@@ -15,16 +15,17 @@ Behind the lane are the analyst's own resources, which no other analyst's reques
   of cost ``C`` on one CPU finishes within ``C / f`` of its arrival whatever the other analysts
   send: real queries share no engine thread, no interpreter lock and no queue.
   The deadline is ``max(query_seconds, C / f)``;
-* a **lane thread** in the service process that decides each query at arrival (refusal or
-  charge, and the default answer, on empty shadow tables: :mod:`dprivacy.service.decide`) and
-  answers the analyst's schema requests. The lane threads share the service process, but their
-  work reads no data and is bounded by the plan (one query per lane at a time), and it is done
-  long before the deadline;
-* a **dispatch thread** that hands the query to the worker and waits for its answer until the
-  deadline, and kills the worker if it has none by then.
+* a **decider process** (:mod:`dprivacy.service.deciders`) that parses, checks and bounds the
+  analyst's requests and decides each query at arrival (refusal or charge, and the default
+  answer, on empty shadow tables: :mod:`dprivacy.service.decide`), and answers the analyst's
+  schema and budget requests. It reads no data, so its work depends on the plans only, and it
+  shares no interpreter with the event loop that releases every analyst's answers; a **lane
+  thread** in the service process only waits for its replies;
+* a **dispatch thread** that hands the query to the worker and waits for its answer, and kills
+  the worker if it has none shortly after the deadline.
 
 The answer is released by the service's event loop at the deadline (an ``asyncio`` timer), which
-runs a few nice steps above every worker, so a busy worker cannot delay it.
+runs a few nice steps above every worker and decider, so neither can delay it.
 """
 
 from __future__ import annotations

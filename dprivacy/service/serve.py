@@ -22,10 +22,11 @@ class ServiceThread(BackgroundServer):
     guard around it (notebooks and ``python -m`` modules do not)."""
 
     def __init__(self, cfg: ServiceConfig, host: str = "127.0.0.1", port: int = 0) -> None:
-        from dprivacy.service.app import create_app
+        from dprivacy.service.app import create_app, stamped_protocol
 
         self.app = create_app(cfg)
-        super().__init__(self.app, host, port, what="the service", start_timeout=60.0)
+        super().__init__(self.app, host, port, what="the service", start_timeout=60.0,
+                         http=stamped_protocol())
 
     @property
     def runner(self) -> Any:
@@ -41,14 +42,15 @@ class ServiceThread(BackgroundServer):
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from dprivacy.service.app import create_app
+    from dprivacy.service.app import create_app, stamped_protocol
 
     cfg = load_config(args.config)
     app = create_app(cfg)
     print(f"dprivacy serve: {len(cfg.sources)} source(s), {len(cfg.analysts)} analyst(s), "
           f"state in {cfg.state_dir}, on http://{args.host}:{args.port}", flush=True)
     sock = listening_socket(args.host, args.port)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False,
+                                           http=stamped_protocol()))
     try:
         server.run(sockets=[sock])
     finally:

@@ -6,6 +6,7 @@ their deadlines nor gets more than their own lane."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -67,6 +68,50 @@ def test_an_overrun_is_killed_and_the_decision_at_arrival_stands(start):
     assert v.remaining_budget() == pytest.approx(0.5)
     assert run.workers["alice"].wait_ready(time.monotonic() + 60)
     assert abs(v.noisy_count(0.1) - 200) < 60  # the new worker answers for real
+
+
+def test_each_analyst_is_decided_in_a_process_of_their_own(start):
+    """Parsing, bounds and decisions run in a decider process per analyst, never in the
+    service process (whose event loop releases everyone's answers); a malformed plan is refused
+    there with the same one-line error, and a decision still charges before the answer."""
+    srv = start(query_seconds=0.3)
+    pids = {a: d.pid for a, d in srv.runner.deciders.items()}
+    assert set(pids) == {"alice", "bob"} and len(set(pids.values())) == 2
+    assert os.getpid() not in pids.values()
+    assert not set(pids.values()) & {w.pid for w in srv.runner.workers.values()}
+    h = {"Authorization": f"Bearer {KEYS['alice']}"}
+    bad = httpx.post(srv.url + "/v1/query", headers=h, timeout=30,
+                     json={"v": 1, "table": {"source": "visits", "steps": [{"op": "nope"}]},
+                           "query": {"op": "noisy_count", "eps": 0.1}})
+    assert bad.status_code == 400 and bad.json()["error"] == "ValidationError"
+    hidden = httpx.post(srv.url + "/v1/query", headers={"Authorization": f"Bearer {KEYS['bob']}"},
+                        json={"v": 1, "table": {"source": "people", "steps": []},
+                              "query": {"op": "noisy_count", "eps": 0.1}}, timeout=30)
+    assert hidden.status_code == 404 and hidden.json()["message"] == "no source 'people'"
+    v = connect(srv.url, key=KEYS["alice"]).table("visits")
+    assert abs(v.noisy_count(0.25) - 200) < 60
+    assert v.remaining_budget() == pytest.approx(0.75)
+    assert set(v.schema) == {"age", "city"}
+
+
+def test_the_deadline_runs_from_the_arrival_not_from_the_end_of_the_body(start):
+    """The arrival is stamped when the service first sees the request: a body that trickles in
+    for 0.4 s does not move the answer's release (deadline 1.0 s after the headers)."""
+    srv = start(query_seconds=1.0)
+    h = {"Authorization": f"Bearer {KEYS['alice']}", "Content-Type": "application/json"}
+    raw = json.dumps({"v": 1, "table": {"source": "visits", "steps": []},
+                      "query": {"op": "noisy_count", "eps": 0.1}}).encode()
+
+    def slowly():
+        yield raw[:10]
+        time.sleep(0.4)
+        yield raw[10:]
+
+    t0 = time.perf_counter()
+    r = httpx.post(srv.url + "/v1/query", headers=h, content=slowly(), timeout=30)
+    dt = time.perf_counter() - t0
+    assert r.status_code == 200
+    assert 1.0 <= dt < 1.3, dt  # not 1.4 s: the deadline counts from the headers
 
 
 def test_a_lane_holds_one_query_until_its_deadline():
