@@ -228,7 +228,7 @@ class Shadows:
         from dprivacy.tables import ProPerTable
 
         self.cfg = cfg
-        self.con = ibis.duckdb.connect()
+        self.con = ibis.duckdb.connect(threads=1)  # empty tables: one thread is plenty
         self.empty = {n: self.con.create_table(f"shadow_{i}", schema=sch)
                       for i, (n, sch) in enumerate(schemas.items())}
         self.proper = {s.name: ProPerTable(self.empty[s.name], _SHADOW_BUDGET, id_column=s.id,

@@ -1,15 +1,23 @@
-"""Loaded once by the fork server of the analysts' workers (:mod:`dprivacy.service.workers`),
-so that every worker it forks starts with the engine's modules imported and the budget
-kernels compiled, instead of paying for them on its first query."""
+"""Loaded once by the fork server of the analysts' workers and deciders
+(:mod:`dprivacy.service.workers`, :mod:`dprivacy.service.deciders`), so that every process it
+forks starts with the engine's modules imported and the budget kernels compiled, instead of
+paying for them on its first query. The loaded objects are then frozen out of the garbage
+collector (``gc.freeze``): a forked process's collections do not write to those shared pages,
+so they stay shared between the processes instead of being copied into each."""
 
 from __future__ import annotations
+
+import gc
 
 import ibis  # noqa: F401 - imported for the forks
 import ibis.backends.duckdb  # noqa: F401
 
+import dprivacy.service.decide  # noqa: F401
 import dprivacy.service.execute  # noqa: F401
 import dprivacy.service.sources  # noqa: F401
 import dprivacy.tables  # noqa: F401
 from dprivacy.tables.budgets import slot_kernels
 
 slot_kernels.warm()
+gc.collect()
+gc.freeze()
