@@ -50,12 +50,12 @@ from solvers.pruned import (
     Ranges,
     Roots,
     TopArrays,
-    columns,
     merge_lipschitz,
     scan_result,
     seed_lipschitz,
     seed_scan,
     split_roots,
+    tree_columns,
     walk_lipschitz,
     walk_scan,
 )
@@ -72,8 +72,9 @@ _JOB: tuple[Any, ...] | None = None  # the scan a forked worker runs parts of
 @dataclass
 class PrunedContext:
     """What every part of a pruned scan reads (shipped once per design to every worker): the
-    index with its k-d tree, F (dense F: the (m, N) transposed view of ``cols``), its columns as
-    rows, its per-node ranges and the budgets. It travels as four separate pieces
+    index with its k-d tree, F (dense F: the (m, N) transposed view of ``cols``, in tree order,
+    read for its shape only), its columns in tree order as rows (:func:`tree_columns`), its
+    per-node ranges and the budgets. It travels as four separate pieces
     (:meth:`pieces`), so that a worker never holds more than one piece twice while it receives
     them, and is put together again in each task (views only)."""
 
@@ -86,7 +87,7 @@ class PrunedContext:
     @classmethod
     def build(cls, index: GeometricIndex, F: np.ndarray | sp.csc_array, cs: ConstraintSet
               ) -> PrunedContext:
-        return cls(index, F, columns(F), index.tree.f_ranges(F), cs)
+        return cls(index, F, tree_columns(F, index.tree.perm), index.tree.f_ranges(F), cs)
 
     def pieces(self) -> list[Any]:
         return [self.index, self.cols if self.cols is not None else self.F, self.ranges, self.cs]
@@ -102,8 +103,7 @@ class PrunedContext:
 def _seed_part(pieces: list[Any], span: tuple[int, int], u: np.ndarray, *, k: int, agg: str
                ) -> tuple[TopArrays, int]:
     ctx = PrunedContext.join(pieces)
-    i, j = ctx.index.tree.seed_pairs(*span)
-    return seed_scan(ctx.F, u, ctx.cs.pair_eps, i, j, k=k, agg=agg, cols=ctx.cols)
+    return seed_scan(ctx.index, ctx.F, u, ctx.cs.pair_eps, span, k=k, agg=agg, cols=ctx.cols)
 
 
 def _walk_part(pieces: list[Any], roots: Roots, seed: TopArrays, u: np.ndarray, *, k: int,
@@ -116,8 +116,7 @@ def _walk_part(pieces: list[Any], roots: Roots, seed: TopArrays, u: np.ndarray, 
 
 def _seed_lip(pieces: list[Any], span: tuple[int, int], power: int) -> tuple[LipArrays, int]:
     ctx = PrunedContext.join(pieces)
-    i, j = ctx.index.tree.seed_pairs(*span)
-    return seed_lipschitz(ctx.F, ctx.cs.pair_eps, i, j, power=power, cols=ctx.cols)
+    return seed_lipschitz(ctx.index, ctx.F, ctx.cs.pair_eps, span, power=power, cols=ctx.cols)
 
 
 def _walk_lip(pieces: list[Any], roots: Roots, seed: LipArrays, power: int

@@ -108,8 +108,11 @@ class GeometricIndex:
         return self._tree
 
     def seed_pairs(self) -> tuple[np.ndarray, np.ndarray]:
-        """Near pairs that give a pruned scan its first threshold (see :meth:`_Tree.seed_pairs`)."""
-        return self.tree.seed_pairs(0, self.N)
+        """Near pairs (i < j) that give a pruned scan its first threshold (see
+        :meth:`_Tree.seed_positions`)."""
+        pa, pb = self.tree.seed_positions(0, self.N)
+        i, j = self.tree.perm[pa], self.tree.perm[pb]
+        return np.minimum(i, j), np.maximum(i, j)
 
 
 class _Tree:
@@ -158,30 +161,25 @@ class _Tree:
             lo.append(lo[-1].reshape(-1, 2, P.shape[1]).min(axis=1))
             hi.append(hi[-1].reshape(-1, 2, P.shape[1]).max(axis=1))
         self.lo, self.hi = lo[::-1], hi[::-1]  # per level, root first
-        sizes = np.diff(np.append(leaf, N))
-        S = int(sizes.max())
-        pos = leaf[:, None] + np.arange(S)[None, :]
-        self.leaf_idx = np.where(np.arange(S)[None, :] < sizes[:, None],
-                                 perm[np.minimum(pos, N - 1)], -1)
+        self.leaf_size = int(np.diff(np.append(leaf, N)).max())  # elements of the largest leaf
 
     @staticmethod
     def starts(N: int, lev: int) -> np.ndarray:
         t = np.arange(2**lev, dtype=np.int64)
         return (t * N) // 2**lev
 
-    def seed_pairs(self, p0: int, p1: int) -> tuple[np.ndarray, np.ndarray]:
-        """The seed pairs of tree positions ``p0 <= p < p1``: within each leaf, the elements at
-        positions 2q and 2q + 1 (counted from the leaf's start), as (min, max) of their indices.
-        A leaf is a small box sorted along one side, so these are near pairs (about N / 2 in
-        all, each element in at most one): they give a pruned scan a first threshold for the
-        price of one pass over the elements, with no neighbour search."""
+    def seed_positions(self, p0: int, p1: int) -> tuple[np.ndarray, np.ndarray]:
+        """The seed pairs starting at tree positions ``p0 <= p < p1``, as positions (p, p + 1):
+        within each leaf, the elements at offsets 2q and 2q + 1 from the leaf's start. A leaf
+        is a small box sorted along one side, so these are near pairs (about N / 2 in all, each
+        element in at most one): they give a pruned scan a first threshold for the price of one
+        pass over the elements, with no neighbour search."""
         starts = self.starts(self.N, self.L)
         p = np.arange(max(p0, 0), min(p1, self.N), dtype=np.int64)
         leaf = np.searchsorted(starts, p, side="right") - 1
         end = np.append(starts[1:], self.N)[leaf]
         p = p[((p - starts[leaf]) % 2 == 0) & (p + 1 < end)]
-        i, j = self.perm[p], self.perm[p + 1]
-        return np.minimum(i, j), np.maximum(i, j)
+        return p, p + 1
 
     def f_ranges(self, F: np.ndarray | sp.csc_array) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Per level (root first): per row min and max of F over each node, (m, 2^l) arrays."""
@@ -198,16 +196,20 @@ class _Tree:
         gap = np.maximum(np.maximum(lo[b] - hi[a], lo[a] - hi[b]), 0.0)
         return index.lower(np.sqrt(np.einsum("pd,pd->p", gap, gap)))
 
-    def leaf_pairs(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """All element pairs (i < j) of the leaf pairs (a, b), a <= b (a == b: pairs within)."""
-        S = self.leaf_idx.shape[1]
-        I = np.broadcast_to(self.leaf_idx[a][:, :, None], (a.size, S, S))  # noqa: E741
-        J = np.broadcast_to(self.leaf_idx[b][:, None, :], (a.size, S, S))
-        valid = (I >= 0) & (J >= 0)
+    def leaf_positions(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """All element pairs of the leaf pairs (a, b), a <= b (a == b: the pairs within), as
+        tree positions (element ``perm[p]`` sits at position p)."""
+        S = self.leaf_size
+        starts = self.starts(self.N, self.L)
+        size = np.diff(np.append(starts, self.N))
+        off = np.arange(S)
+        I = np.broadcast_to((starts[a][:, None] + off)[:, :, None], (a.size, S, S))  # noqa: E741
+        J = np.broadcast_to((starts[b][:, None] + off)[:, None, :], (a.size, S, S))
+        valid = ((off[None, :] < size[a][:, None])[:, :, None]
+                 & (off[None, :] < size[b][:, None])[:, None, :])
         tri = np.triu(np.ones((S, S), bool), 1)
         valid &= np.where((a == b)[:, None, None], tri[None], True)
-        i, j = I[valid], J[valid]
-        return np.minimum(i, j), np.maximum(i, j)
+        return I[valid], J[valid]
 
 
 def _outward32(x: np.ndarray, toward: float) -> np.ndarray:
@@ -227,21 +229,30 @@ def _children(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ca, cb
 
 
-def columns(F: np.ndarray | sp.csc_array) -> np.ndarray | None:
-    """F's columns as the rows of a C-contiguous (N, m) array (dense F only, else None): one
-    element's m values are adjacent, so gathering the columns of scattered pairs reads one or
-    two cache lines per element instead of m."""
-    return np.ascontiguousarray(F.T) if isinstance(F, np.ndarray) else None
+def tree_columns(F: np.ndarray | sp.csc_array, perm: np.ndarray) -> np.ndarray | None:
+    """F's columns in tree order as the rows of a C-contiguous (N, m) array (dense F only, else
+    None): row p holds column ``perm[p]``. One element's m values are adjacent, and the
+    elements of a leaf (and of a subtree) are adjacent rows, so the pairs of a leaf pair read a
+    few contiguous runs instead of scattered rows. Built one query row at a time."""
+    if not isinstance(F, np.ndarray):
+        return None
+    m, N = F.shape
+    cols = np.empty((N, m), dtype=float)
+    for k in range(m):
+        cols[:, k] = F[k][perm]
+    return cols
 
 
 class _Evaluator:
-    """Exact ratios of given pairs (the same arithmetic as the full scan). ``cols``: F's
-    columns from :func:`columns` (dense F; computed here if not given)."""
+    """Exact ratios of given pairs (the same arithmetic as the full scan), the pairs given by
+    their tree positions. ``cols``: F's columns in tree order from :func:`tree_columns` (dense
+    F; computed here if not given; F itself is then only read for its shape); a sparse F is
+    read by element index."""
 
     def __init__(self, F: np.ndarray | sp.csc_array, pair_eps: PairEps, u: np.ndarray | None,
-                 agg: str, cols: np.ndarray | None = None) -> None:
-        self.F, self.pair_eps, self.agg = F, pair_eps, agg
-        self.cols = cols if cols is not None else columns(F)
+                 agg: str, perm: np.ndarray, cols: np.ndarray | None = None) -> None:
+        self.F, self.pair_eps, self.agg, self.perm = F, pair_eps, agg, perm
+        self.cols = cols if cols is not None else tree_columns(F, perm)
         self.u = u
         if u is not None:
             self.fin = np.isfinite(u)
@@ -249,16 +260,27 @@ class _Evaluator:
             self.all_fin = bool(self.fin.all())
         self.count = 0
 
-    def absdiff_t(self, i: np.ndarray, j: np.ndarray) -> np.ndarray:
-        """|F_ki - F_kj| as a (P, m) array (pairs by rows)."""
-        if self.cols is not None:
-            return np.abs(self.cols[i] - self.cols[j])
+    def pairs(self, pi: np.ndarray, pj: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The element pairs (i < j) at tree positions (pi, pj)."""
+        i, j = self.perm[pi], self.perm[pj]
+        return np.minimum(i, j), np.maximum(i, j)
+
+    def absdiff_t(self, pi: np.ndarray, pj: np.ndarray, i: np.ndarray, j: np.ndarray
+                  ) -> np.ndarray:
+        """|F_ki - F_kj| as a (P, m) array (pairs by rows); (pi, pj) their tree positions."""
+        if self.cols is not None:  # in place: one (P, m) array instead of four
+            d = self.cols[pi]
+            d -= self.cols[pj]
+            return np.abs(d, out=d)
         return np.abs(take(self.F, i) - take(self.F, j)).T
 
-    def ratios(self, i: np.ndarray, j: np.ndarray) -> np.ndarray:
-        """loss_ij / eps_ij; -1 for unconstrained (eps = inf) pairs."""
-        self.count += i.size
-        ad = self.absdiff_t(i, j)
+    def ratios(self, pi: np.ndarray, pj: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(i, j, loss_ij / eps_ij) of the pairs at tree positions (pi, pj), i < j; ratio -1
+        for unconstrained (eps = inf) pairs."""
+        self.count += pi.size
+        i, j = self.pairs(pi, pj)
+        ad = self.absdiff_t(pi, pj, i, j)
         assert self.u is not None
         live = ad if self.all_fin else ad[:, self.fin]
         if self.agg == "sum":
@@ -271,15 +293,18 @@ class _Evaluator:
             num = np.where((ad[:, ~self.fin] > 0).any(axis=1), np.inf, num)
         eps = self.pair_eps(i, j)
         r = safe_ratio(num, eps)
-        return np.where(eps < np.inf, r, -1.0)
+        return i, j, np.where(eps < np.inf, r, -1.0)
 
-    def row_ratios(self, i: np.ndarray, j: np.ndarray, power: int = 1) -> np.ndarray:
-        """|F_ki - F_kj|^power / eps_ij per row (m, P); -1 for unconstrained pairs."""
-        self.count += i.size
+    def row_ratios(self, pi: np.ndarray, pj: np.ndarray, power: int = 1
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(i, j, |F_ki - F_kj|^power / eps_ij per row (m, P)) of the pairs at tree positions
+        (pi, pj), i < j; -1 for unconstrained pairs."""
+        self.count += pi.size
+        i, j = self.pairs(pi, pj)
         eps = self.pair_eps(i, j)
-        ad = self.absdiff_t(i, j).T
+        ad = self.absdiff_t(pi, pj, i, j).T
         r = safe_ratio(ad**power if power != 1 else ad, eps[None, :])
-        return np.where(eps[None, :] < np.inf, r, -1.0)
+        return i, j, np.where(eps[None, :] < np.inf, r, -1.0)
 
 
 def _node_bound(D: np.ndarray, u: np.ndarray, agg: str) -> np.ndarray:
@@ -305,7 +330,7 @@ def _traverse(index: GeometricIndex, F: np.ndarray | sp.csc_array,
               ranges: Ranges | None = None, roots: Roots | None = None) -> int:
     """Depth-first dual-tree walk; ``keep_fn(level, a, b, D)`` says which node pairs may hold a
     better pair (D = the row bounds D_k(A, B), shape (m, P)); surviving leaf pairs go to
-    ``leaf_fn`` as element pairs. ``roots``: the node pairs to start from (default: every node
+    ``leaf_fn`` as pairs of tree positions. ``roots``: the node pairs to start from (default: every node
     pair of level min(L, 3), i.e. all pairs); ``ranges``: ``tree.f_ranges(F)`` if already
     computed. Returns the number of node pairs bounded."""
     tree = index.tree
@@ -322,10 +347,10 @@ def _traverse(index: GeometricIndex, F: np.ndarray | sp.csc_array,
         if a.size == 0:
             continue
         if lev == tree.L:
-            S = tree.leaf_idx.shape[1]
+            S = tree.leaf_size
             step = max(1, _PAIR_CHUNK // (S * S))
             for c in range(0, a.size, step):
-                leaf_fn(*tree.leaf_pairs(a[c:c + step], b[c:c + step]))
+                leaf_fn(*tree.leaf_positions(a[c:c + step], b[c:c + step]))
             continue
         ca, cb = _children(a, b)
         step = max(256, _NODE_CELLS // max(F.shape[0], 1))
@@ -378,8 +403,8 @@ def pruned_scan(index: GeometricIndex, F: np.ndarray | sp.csc_array, u: np.ndarr
     ScanResult equal to the full scan's (the top-k may omit pairs of ratio 0).
     """
     t0 = time.perf_counter()
-    cols = columns(F)  # once for both steps
-    seed, n0 = seed_scan(F, u, pair_eps, *index.seed_pairs(), k=k, agg=agg, cols=cols)
+    cols = tree_columns(F, index.tree.perm)  # once for both steps
+    seed, n0 = seed_scan(index, F, u, pair_eps, (0, index.N), k=k, agg=agg, cols=cols)
     top, n1, visited = walk_scan(index, F, u, pair_eps, seed, k=k, agg=agg, cols=cols)
     logger.debug("pruned scan: N=%d m=%d k=%d, %d node pairs, %d of %d pairs exact, %.3f s",
                  index.N, F.shape[0], k, visited, n0 + n1, n_pairs, time.perf_counter() - t0)
@@ -389,15 +414,16 @@ def pruned_scan(index: GeometricIndex, F: np.ndarray | sp.csc_array, u: np.ndarr
 TopArrays = tuple[np.ndarray, np.ndarray, np.ndarray]  # (i, j, ratio) of a running top k
 
 
-def seed_scan(F: np.ndarray | sp.csc_array, u: np.ndarray, pair_eps: PairEps, i: np.ndarray,
-              j: np.ndarray, *, k: int, agg: str, cols: np.ndarray | None = None
-              ) -> tuple[TopArrays, int]:
-    """The max(k, 1) largest exact ratios among the given pairs (the seed pairs that
-    give a pruned scan its first threshold) and the number of pairs evaluated."""
-    ev = _Evaluator(F, pair_eps, u, agg, cols)
+def seed_scan(index: GeometricIndex, F: np.ndarray | sp.csc_array, u: np.ndarray,
+              pair_eps: PairEps, span: tuple[int, int], *, k: int, agg: str,
+              cols: np.ndarray | None = None) -> tuple[TopArrays, int]:
+    """The max(k, 1) largest exact ratios among the seed pairs of the tree positions ``span``
+    (the pairs that give a pruned scan its first threshold) and the number of pairs evaluated.
+    ``cols``: :func:`tree_columns` of F, if already computed."""
+    ev = _Evaluator(F, pair_eps, u, agg, index.tree.perm, cols)
     top = TopK(max(int(k), 1))
-    for bi, bj in _batches(i, j, F.shape[0]):
-        top.add(bi, bj, ev.ratios(bi, bj))
+    for pi, pj in _batches(*index.tree.seed_positions(*span), F.shape[0]):
+        top.add(*ev.ratios(pi, pj))
     return top.result(), ev.count
 
 
@@ -407,15 +433,16 @@ def walk_scan(index: GeometricIndex, F: np.ndarray | sp.csc_array, u: np.ndarray
               cols: np.ndarray | None = None) -> tuple[TopArrays, int, int]:
     """The branch and bound of :func:`pruned_scan` from the threshold of ``seed`` (pairs already
     evaluated) over the node pairs ``roots`` (default all): the max(k, 1) largest ratios of the
-    seed and of the pairs under ``roots``, pairs evaluated, node pairs bounded."""
-    ev = _Evaluator(F, pair_eps, u, agg, cols)
+    seed and of the pairs under ``roots``, pairs evaluated, node pairs bounded. ``cols``:
+    :func:`tree_columns` of F, if already computed."""
+    ev = _Evaluator(F, pair_eps, u, agg, index.tree.perm, cols)
     top = TopK(max(int(k), 1))
     top.add(*seed)
     m = F.shape[0]
 
-    def leaf_fn(i: np.ndarray, j: np.ndarray) -> None:
-        for bi, bj in _batches(i, j, m):
-            top.add(bi, bj, ev.ratios(bi, bj))
+    def leaf_fn(pi: np.ndarray, pj: np.ndarray) -> None:
+        for bi, bj in _batches(pi, pj, m):
+            top.add(*ev.ratios(bi, bj))
 
     def keep_fn(lev: int, a: np.ndarray, b: np.ndarray, D: np.ndarray) -> np.ndarray:
         ub = safe_ratio(_node_bound(D, u, agg), index.tree.box_lower(lev, a, b, index))
@@ -445,8 +472,8 @@ def pruned_row_lipschitz(index: GeometricIndex, F: np.ndarray | sp.csc_array, pa
     """Per row k: ``c_k = max_ij |F_ki - F_kj|^power / eps_ij`` and its pair, by branch and bound
     (per-row bound ``D_k(A, B)^power / g(delta_AB)``). Returns (c, i, j, pairs evaluated)."""
     t0 = time.perf_counter()
-    cols = columns(F)
-    seed, n0 = seed_lipschitz(F, pair_eps, *index.seed_pairs(), power=power, cols=cols)
+    cols = tree_columns(F, index.tree.perm)
+    seed, n0 = seed_lipschitz(index, F, pair_eps, (0, index.N), power=power, cols=cols)
     (c, bi, bj), n1, visited = walk_lipschitz(index, F, pair_eps, seed, power=power, cols=cols)
     logger.debug("pruned row Lipschitz: N=%d m=%d, %d node pairs, %d pairs exact, %.3f s",
                  index.N, F.shape[0], visited, n0 + n1, time.perf_counter() - t0)
@@ -465,15 +492,17 @@ def _lip_update(state: LipArrays, R: np.ndarray, pi: np.ndarray, pj: np.ndarray)
     bi[better], bj[better] = pi[arg[better]], pj[arg[better]]
 
 
-def seed_lipschitz(F: np.ndarray | sp.csc_array, pair_eps: PairEps, i: np.ndarray,
-                   j: np.ndarray, *, power: int = 1, cols: np.ndarray | None = None
+def seed_lipschitz(index: GeometricIndex, F: np.ndarray | sp.csc_array, pair_eps: PairEps,
+                   span: tuple[int, int], *, power: int = 1, cols: np.ndarray | None = None
                    ) -> tuple[LipArrays, int]:
-    """Per-row maxima of ``|F_ki - F_kj|^power / eps_ij`` over the given pairs (and pairs)."""
+    """Per-row maxima of ``|F_ki - F_kj|^power / eps_ij`` over the seed pairs of the tree
+    positions ``span`` (and their pairs)."""
     m = F.shape[0]
     state = (np.zeros(m), np.full(m, -1, np.int64), np.full(m, -1, np.int64))
-    ev = _Evaluator(F, pair_eps, None, "sum", cols)
-    for pi, pj in _batches(i, j, m):
-        _lip_update(state, ev.row_ratios(pi, pj, power), pi, pj)
+    ev = _Evaluator(F, pair_eps, None, "sum", index.tree.perm, cols)
+    for pi, pj in _batches(*index.tree.seed_positions(*span), m):
+        i, j, R = ev.row_ratios(pi, pj, power)
+        _lip_update(state, R, i, j)
     return state, ev.count
 
 
@@ -485,11 +514,12 @@ def walk_lipschitz(index: GeometricIndex, F: np.ndarray | sp.csc_array, pair_eps
     (default all node pairs): per-row maxima, pairs evaluated, node pairs bounded."""
     m = F.shape[0]
     state = (seed[0].copy(), seed[1].copy(), seed[2].copy())
-    ev = _Evaluator(F, pair_eps, None, "sum", cols)
+    ev = _Evaluator(F, pair_eps, None, "sum", index.tree.perm, cols)
 
-    def leaf_fn(i: np.ndarray, j: np.ndarray) -> None:
-        for pi, pj in _batches(i, j, m):
-            _lip_update(state, ev.row_ratios(pi, pj, power), pi, pj)
+    def leaf_fn(pi: np.ndarray, pj: np.ndarray) -> None:
+        for bi, bj in _batches(pi, pj, m):
+            i, j, R = ev.row_ratios(bi, bj, power)
+            _lip_update(state, R, i, j)
 
     def keep_fn(lev: int, a: np.ndarray, b: np.ndarray, D: np.ndarray) -> np.ndarray:
         ub = safe_ratio(D**power if power != 1 else D, index.tree.box_lower(lev, a, b, index)[None, :])

@@ -192,8 +192,9 @@ def test_seed_pairs_are_near_pairs_of_each_leaf_and_split_into_spans():
         sizes = np.diff(np.append(starts, N))
         assert i.size == (sizes // 2).sum()
         cuts = sorted({min(c, N) for c in (0, 3, 4, N // 2, 100, 101, N)})
-        parts = [tree.seed_pairs(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
-        got = np.sort(np.concatenate([a * N + b for a, b in parts]))
+        parts = [tree.seed_positions(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+        got = np.sort(np.concatenate([np.minimum(tree.perm[a], tree.perm[b]) * N
+                                      + np.maximum(tree.perm[a], tree.perm[b]) for a, b in parts]))
         np.testing.assert_array_equal(got, np.sort(i * N + j))
         for lev in range(tree.L + 1):  # every node: its points inside its box
             b = tree.starts(N, lev)
