@@ -15,12 +15,12 @@ Cells (each in its own subprocess):
 
 * ``local``: ``dp.design`` in one process (no engine), then the pair bound in the same process;
 * ``dask``: a ``LocalCluster`` of ``--workers`` single-threaded worker processes with a memory
-  limit of ``--worker-memory`` each; ``dp.design(..., engine=DaskEngine(client))``, then the pair
-  bound on the same client. Peak memory of each worker is sampled every 0.2 s (resident set
-  size of the worker process); the driver's own peak is its maximum resident set size. The
-  design's time is split by phase (``DaskEngine.timings``): on the driver ``tree``, ``ranges``
-  and ``ship``; on the workers ``seed`` and ``walk``; ``other`` is the rest (the convex
-  program on the driver).
+  limit of ``--worker-memory`` each (glibc allocator settings ``WORKER_MALLOC``);
+  ``dp.design(..., engine=DaskEngine(client))``, then the pair bound on the same client. Peak
+  memory of each worker is sampled every 0.2 s (resident set size of the worker process); the
+  driver's own peak is its maximum resident set size. The design's time is split by phase
+  (``DaskEngine.timings``): on the driver ``tree``, ``ranges`` and ``ship``; on the workers
+  ``seed`` and ``walk``; ``other`` is the rest (the convex program on the driver).
 
 Run:  python -m experiments.bench_design_dask [--sizes 1000000,10000000] [--cells local,dask]
       [--workers 2] [--worker-memory 4GB] [--seed 0] [--quick] [--outdir DIR]
@@ -45,6 +45,12 @@ import numpy as np
 
 RESULTS = Path(__file__).resolve().parent / "results"
 M = 10
+#: glibc allocator settings of the workers. Dask's nanny starts workers with
+#: MALLOC_TRIM_THRESHOLD_=65536, which also fixes glibc's mmap threshold at 128 KiB: every
+#: temporary array of a scan batch (a few MB) is then mapped and unmapped anew, and at N = 10^6
+#: the workers spent about as much time in the kernel (page faults) as in the scans. With
+#: these, batches reuse the heap (a worker keeps up to 256 MiB of freed memory).
+WORKER_MALLOC = {"MALLOC_MMAP_THRESHOLD_": 2**26, "MALLOC_TRIM_THRESHOLD_": 2**28}
 
 
 def instance(N: int, seed: int) -> tuple[Any, Any, Any]:
@@ -54,6 +60,11 @@ def instance(N: int, seed: int) -> tuple[Any, Any, Any]:
     rng = np.random.default_rng([seed, N, M, True])
     U = dp.Universe.from_points(rng.random((N, 2)))
     return U, dp.metrics.Euclidean(1.0), dp.Workload(rng.random((M, N)))
+
+
+def _malloc_env() -> str:
+    """The allocator settings a worker process actually got (run on each worker)."""
+    return " ".join(f"{k}={os.environ.get(k)}" for k in WORKER_MALLOC)
 
 
 class WorkerPeaks:
@@ -121,15 +132,19 @@ def run_cell(kind: str, N: int, seed: int, workers: int, worker_memory: str) -> 
         d = design()
         verify(d, None)
     else:
+        import dask
         import distributed
 
         from solvers.distributed import DaskEngine
 
         t = time.perf_counter()
-        with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                      memory_limit=worker_memory, dashboard_address=None) as cl, \
+        with dask.config.set({f"distributed.nanny.pre-spawn-environ.{k}": v
+                              for k, v in WORKER_MALLOC.items()}), \
+                distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                         memory_limit=worker_memory, dashboard_address=None) as cl, \
                 distributed.Client(cl) as client:
             row["seconds_cluster"] = time.perf_counter() - t
+            row["worker_malloc"] = "; ".join(sorted(set(client.run(_malloc_env).values())))
             pids = list(client.run(os.getpid).values())
             with WorkerPeaks(pids) as wp_design, DaskEngine(client) as engine:
                 d = design(engine=engine)

@@ -24,8 +24,9 @@ def test_bench_design_dask_small(tmp_path, capsys):
                                                                  rel=1e-12)
         assert df.loc[cell, "verify_pairs_exact"] < df.loc[cell, "pairs_total"]
     assert 0 < df.loc["dask", "worker_peak_gib_design"] < 4
-    phases = ["tree", "ranges", "ship", "seed", "walk", "other"]
     d = df.loc["dask"]
+    assert d["worker_malloc"] == "MALLOC_MMAP_THRESHOLD_=67108864 MALLOC_TRIM_THRESHOLD_=268435456"
+    phases = ["tree", "ranges", "ship", "seed", "walk", "other"]
     assert all(d[f"seconds_{p}"] >= 0 for p in phases)
     assert sum(d[f"seconds_{p}"] for p in phases) == pytest.approx(d["seconds_design"], rel=1e-9)
     assert "every pair within the budget" in capsys.readouterr().out
