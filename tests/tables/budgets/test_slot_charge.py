@@ -259,16 +259,17 @@ def test_row_kernels_refuse_rows_past_the_slots(jit, permuted):
 @pytest.mark.parametrize("jit", [True, False])
 def test_folded_bitmaps_debit_like_one_by_one(monkeypatch, jit):
     """Bitmaps folded through byte counters (more than 255 with one amount, several amounts,
-    bitmaps shorter than the store, more amounts than counters kept) debit exactly what
-    debiting each bitmap alone does."""
+    bitmaps shorter than the store, a store of several blocks) debit exactly what debiting
+    each bitmap alone does."""
     if jit and not slot_kernels.warm():
         pytest.skip("numba is not installed")
     monkeypatch.setattr(slot_kernels, "JIT_MIN_SLOTS", 1 if jit else 10**12)
+    monkeypatch.setattr(slot_kernels, "_BLOCK", 16)  # two blocks and a part
     rng = np.random.default_rng(7)
-    n = 29
+    n = 37
     rem = np.full(n, 10**6, np.int64)
     ref = rem.copy()
-    folder = slot_kernels.BitFolder(rem, amounts=2)
+    folder = slot_kernels.BitFolder(rem)
     for k in range(300):
         m = rng.random(n if k % 7 else 13) < 0.6
         amount = [3, 3, 3, 5, 11][k % 5] if k < 290 else 1000 + k
