@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -195,8 +196,8 @@ class BitFolder:
         self._pending.setdefault(int(amount), []).append(bits)
         return int(np.bitwise_count(bits).sum())
 
-    def flush(self) -> None:
-        """Debit every bitmap added so far."""
+    def flush(self, pace: Callable[[], None] | None = None) -> None:
+        """Debit every bitmap added so far (``pace()`` after each block, if given)."""
         pending, self._pending = self._pending, {}
         rem = self.remaining
         k = compiled() if self.jit and warm() else None
@@ -219,3 +220,5 @@ class BitFolder:
                         k.debit_counts(block, counts, amount)
                     else:
                         block -= counts.astype(np.int64) * amount
+            if pace is not None:
+                pace()

@@ -17,7 +17,9 @@ import json
 import os
 import struct
 import sys
+import time
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -38,6 +40,9 @@ __all__: list[str] = []
 
 SYNC_SLICE = 1 << 20  # a snapshot is written and synced 1 MiB at a time
 STALE = 3  # the child's exit status when the store was replaced meanwhile
+DUTY = 1 / 3  # the child works about this fraction of its time (see Pacer)
+_PACK_PIECE = 8 << 20  # a paced snapshot compresses the budgets 8 MiB at a time
+Pace = Callable[[], None] | None
 
 
 def _read_snapshot(f: Any, path: str) -> tuple[dict[str, Any], list[bytes], int]:
@@ -60,7 +65,7 @@ def _read_snapshot(f: Any, path: str) -> tuple[dict[str, Any], list[bytes], int]
 
 
 def _replay_into(data: bytes, remaining: np.ndarray, queries: list[list[Any]], *,
-                 jit: bool | None = None) -> tuple[int, int | None]:
+                 jit: bool | None = None, pace: Pace = None) -> tuple[int, int | None]:
     """Apply the complete records at the start of ``data`` to ``remaining`` (their bitmaps
     folded together: :class:`~dprivacy.tables.budgets.slot_kernels.BitFolder`) and append
     them to ``queries``; returns (the bytes they take, the next query number or None if
@@ -81,12 +86,12 @@ def _replay_into(data: bytes, remaining: np.ndarray, queries: list[list[Any]], *
             queries.append([int(meta["q"]), meta["label"], payers, total])
             pos += _REC_HEAD.size + n
     finally:
-        folder.flush()
+        folder.flush(pace)
     return pos, next_query
 
 
-def _replayed(path: str, ino: int | None, off: int, *, jit: bool | None = None
-              ) -> tuple[Any, ...] | None:
+def _replayed(path: str, ino: int | None, off: int, *, jit: bool | None = None,
+              pace: Pace = None) -> tuple[Any, ...] | None:
     """The arguments of :func:`_snapshot_bytes` for the budgets as the file ``path`` holds them
     up to byte ``off`` (its snapshot and the records before ``off``; ids and initial budgets
     kept compressed, as they never change), read into fresh arrays; None if the file is no
@@ -101,7 +106,9 @@ def _replayed(path: str, ino: int | None, off: int, *, jit: bool | None = None
     raw = meta["raw"]
     remaining = _unpack_array(blobs[2], raw[2])
     queries = json.loads(_unpack(blobs[3], raw[3]) or b"[]")
-    pos, nq = _replay_into(data, remaining, queries, jit=jit)
+    if pace is not None:
+        pace()
+    pos, nq = _replay_into(data, remaining, queries, jit=jit, pace=pace)
     if pos != len(data):
         return None
     packed = (blobs[0], int(raw[0]), blobs[1], int(raw[1]))
@@ -111,8 +118,8 @@ def _replayed(path: str, ino: int | None, off: int, *, jit: bool | None = None
 
 def _snapshot_bytes(identity: bool, ids: np.ndarray | None, initial: np.ndarray | None,
                     remaining: np.ndarray, queries: list[list[Any]], next_id: int,
-                    next_query: int, packed: tuple[bytes, int, bytes, int] | None = None
-                    ) -> bytes:
+                    next_query: int, packed: tuple[bytes, int, bytes, int] | None = None,
+                    pace: Pace = None) -> bytes:
     """The snapshot: magic, header, compressed arrays and query log, CRC-32 (``identity``:
     slot i holds person i, no ids stored; ``packed``: ids and initial budgets already
     compressed, with their sizes, as an earlier snapshot holds them — records never change
@@ -122,7 +129,7 @@ def _snapshot_bytes(identity: bool, ids: np.ndarray | None, initial: np.ndarray 
         assert initial is not None and (identity or ids is not None)
         packed = (b"" if identity or ids is None else _pack(ids),
                   0 if identity or ids is None else ids.nbytes, _pack(initial), initial.nbytes)
-    blobs = [packed[0], packed[2], _pack(remaining), _pack(log)]
+    blobs = [packed[0], packed[2], _pack_paced(remaining, pace), _pack(log)]
     raw = [packed[1], packed[3], remaining.nbytes, len(log)]
     meta = json.dumps({"n": int(remaining.size), "identity": identity, "next_id": next_id,
                        "next_query": next_query, "blobs": [len(b) for b in blobs],
@@ -131,7 +138,35 @@ def _snapshot_bytes(identity: bool, ids: np.ndarray | None, initial: np.ndarray 
     return _MAGIC + body + struct.pack("<I", zlib.crc32(body))
 
 
-def _write_synced(path: str, data: bytes) -> None:
+def _pack_paced(a: np.ndarray, pace: Pace) -> bytes:
+    """``_pack(a)``, or with ``pace`` the same bytes compressed as consecutive frames of
+    ``_PACK_PIECE`` bytes each (one stream: decompressed in one call), ``pace()`` after each."""
+    if pace is None or a.nbytes <= _PACK_PIECE:
+        return _pack(a)
+    raw = a.reshape(-1).view(np.uint8)
+    out = []
+    for start in range(0, raw.size, _PACK_PIECE):
+        out.append(_pack(raw[start: start + _PACK_PIECE]))
+        pace()
+    return b"".join(out)
+
+
+class Pacer:
+    """Called between slices of work: sleeps so that the work takes about ``duty`` of the
+    time since the first call (a background job's memory traffic then spreads over many
+    queries instead of slowing a few)."""
+
+    def __init__(self, duty: float) -> None:
+        self.duty = float(duty)
+        self.last = time.perf_counter()
+
+    def __call__(self) -> None:
+        worked = time.perf_counter() - self.last
+        time.sleep(min(1.0, worked * (1.0 - self.duty) / self.duty))
+        self.last = time.perf_counter()
+
+
+def _write_synced(path: str, data: bytes, pace: Pace = None) -> None:
     """Write ``data`` to a new file ``path``, synced in slices of ``SYNC_SLICE`` (a query's own
     commit, an fsync on the same disk, never waits behind the whole snapshot)."""
     with open(path, "wb") as f:
@@ -140,17 +175,23 @@ def _write_synced(path: str, data: bytes) -> None:
             f.write(view[start: start + SYNC_SLICE])
             f.flush()
             os.fdatasync(f.fileno())
+            if pace is not None:
+                pace()
         os.fsync(f.fileno())
 
 
-def build(path: str, ino: int, off: int, tmp: str, *, jit: bool | None = None) -> int | None:
+def build(path: str, ino: int, off: int, tmp: str, *, jit: bool | None = None,
+          pace: Pace = None) -> int | None:
     """Write the snapshot of the store file ``path`` (inode ``ino``) up to byte ``off`` to
-    ``tmp``, synced; its size, or None if the file is no longer that inode."""
-    state = _replayed(path, ino, off, jit=jit)
+    ``tmp``, synced; its size, or None if the file is no longer that inode. ``pace``: called
+    between slices of the work (a :class:`Pacer`)."""
+    state = _replayed(path, ino, off, jit=jit, pace=pace)
     if state is None:
         return None
-    data = _snapshot_bytes(*state)
-    _write_synced(tmp, data)
+    identity, ids, initial, remaining, queries, next_id, next_query, packed = state
+    data = _snapshot_bytes(identity, ids, initial, remaining, queries, next_id, next_query,
+                           packed, pace=pace)
+    _write_synced(tmp, data, pace)
     return len(data)
 
 
@@ -163,7 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError:
         pass
     path, ino, off, tmp = args[0], int(args[1]), int(args[2]), args[3]
-    size = build(path, ino, off, tmp, jit=False)  # numpy: no compiler to load in this process
+    # numpy (no compiler to load in this process), at a third of the time: a few milliseconds
+    # of work at once, then a pause, so that no query shares the memory with all of it
+    size = build(path, ino, off, tmp, jit=False, pace=Pacer(DUTY))
     if size is None:
         return STALE
     print(size, flush=True)

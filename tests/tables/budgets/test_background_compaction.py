@@ -246,3 +246,32 @@ def test_the_child_reports_a_stale_store_and_its_failures(tmp_path):
     with pytest.raises(OSError, match="child process failed"):
         slot_store._build_in_child(str(tmp_path / "missing.dpb"), ino, off, tmp)
     s.close()
+
+
+def test_a_paced_snapshot_reads_back_as_the_store(tmp_path):
+    """The child's snapshot is compressed in pieces (consecutive frames) with pauses between
+    slices of work; it loads as one array, equal to the budgets the records say."""
+    from dprivacy.tables.budgets import slot_snapshot
+
+    path = str(tmp_path / "p.dpb")
+    n = 1_100_000  # 8.8 MB of budgets: two pieces
+    s = _store(path, n=n)
+    s.compact_bytes = 10**12
+    for k in range(3):
+        _charge(s, range(k * 300_000, k * 300_000 + 500_000), label=f"q{k}")
+    want, ino, off = s.remaining.copy(), os.stat(path).st_ino, s._off
+    s.close()
+    calls = []
+    pacer = slot_snapshot.Pacer(0.5)
+
+    def pace():
+        calls.append(1)
+        pacer()
+
+    tmp = str(tmp_path / "p.tmp")
+    size = slot_snapshot.build(path, ino, off, tmp, jit=False, pace=pace)
+    assert size == os.path.getsize(tmp) and len(calls) >= 2 + 5  # pieces, blocks, slices
+    os.replace(tmp, path)
+    with SlotStore(path).locked() as again:
+        np.testing.assert_array_equal(again.remaining, want)
+        assert [q[1] for q in again.queries] == ["q0", "q1", "q2"]
