@@ -99,13 +99,14 @@ _NAMES = {"slots": "ProPer noisy_count, budgets beside the rows (SparkSlotBudget
 def proper_spark(people: int, queries: int, tmp: Path, spark: Any = None,
                  stores: tuple[str, ...] = ("slots",), total: int = 0, where: str = "x > 0.5",
                  reuse: bool = False, data: Path | None = None,
-                 per_query: list[dict] | None = None) -> list[dict]:
+                 per_query: list[dict] | None = None, log: Path | None = None) -> list[dict]:
     """The benchmark rows, one per store kind (see the module doc). ``total`` > ``queries``:
     the slot store then answers queries up to ``total`` (not interleaved with exact counts) before
     its size is measured. ``reuse``: keep a store left by an earlier run (its registration is
     then a re-attach); ``where``: the filter, as Spark SQL over ``x``; ``data``: the people's
     Parquet directory (default: generated under ``tmp``); ``per_query``: gets one dict per
-    interleaved query (its time, the exact count's, their ratio, the load)."""
+    interleaved query (its time, the exact count's, their ratio, the load), also written to the
+    CSV ``log`` after each query."""
     from ibis import _
 
     from dprivacy.tables import ProPerTable
@@ -156,6 +157,8 @@ def proper_spark(people: int, queries: int, tmp: Path, spark: Any = None,
                 per_query.append({"store": kind, "query": i + 1, "proper_s": lib_t[-1],
                                   "exact_s": ex_t[-1], "ratio": lib_t[-1] / ex_t[-1],
                                   "load_1min": load})
+                if log is not None:  # written as it goes: a run stopped early keeps its queries
+                    pd.DataFrame(per_query).to_csv(log, index=False)
         more = []
         if kind == "slots":
             for _i in range(queries, total):
@@ -207,15 +210,14 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     per_query: list[dict] = []
-    rows = proper_spark(args.people, args.queries, args.tmp, session(memory=args.memory),
-                        tuple(args.stores.split(",")), args.total, args.where, args.reuse,
-                        args.data, per_query)
-    table = pd.DataFrame(rows)
     args.out.mkdir(parents=True, exist_ok=True)
     tag = "_reused" if args.reuse else ""
+    rows = proper_spark(args.people, args.queries, args.tmp, session(memory=args.memory),
+                        tuple(args.stores.split(",")), args.total, args.where, args.reuse,
+                        args.data, per_query,
+                        args.out / f"bench_tables_spark_{args.people}{tag}_queries.csv")
+    table = pd.DataFrame(rows)
     table.to_csv(args.out / f"bench_tables_spark_{args.people}{tag}.csv", index=False)
-    pd.DataFrame(per_query).to_csv(args.out / f"bench_tables_spark_{args.people}{tag}_queries.csv",
-                                   index=False)
     print(table.T.to_string())
     return table
 

@@ -229,6 +229,7 @@ class SparkSlotBudgets:
                         names, stamps, id_column):
                     self._register(k, with_slot.select(*slot_id, _units(b).alias("u")), names,
                                    stamps)
+        _start_workers(eng.session)
         t = eng.register_dataframe(with_slot)
         return rel.with_table(t.mutate(**{PID: t[_SLOT]}).drop(_SLOT), unique=True), self
 
@@ -613,6 +614,20 @@ _PIECES = ("ids string, rem string, lo long, hi long, n long, dense boolean, id_
 
 
 # ---------------------------------------------------------------------- executor side
+def _start_workers(session: Any) -> None:
+    """Start the session's Python workers with this module imported (one task per core), so
+    that the first charge does not wait for them."""
+    par = max(1, int(session.sparkContext.defaultParallelism))
+    session.range(0, par, 1, par).mapInArrow(_idle_task, "n long").collect()
+
+
+def _idle_task(batches: Any) -> Any:
+    import pyarrow as pa
+
+    n = sum(b.num_rows for b in batches)
+    yield pa.RecordBatch.from_pylist([{"n": n}], schema=pa.schema([("n", pa.int64())]))
+
+
 def _write_parquet(path: str, table: Any) -> None:
     import pyarrow.parquet as pq
 

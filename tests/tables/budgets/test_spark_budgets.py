@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import ibis
@@ -22,11 +20,9 @@ from ibis import _
 from dprivacy.errors import UnknownRecordError, ValidationError
 from dprivacy.tables import ProPerTable
 from dprivacy.tables.budgets.engine_budgets import proper_budgets
-from dprivacy.tables.budgets.ledger import scalar_units
 from dprivacy.tables.budgets.spark_budgets import SparkBudgetTable
 from dprivacy.tables.relations.engine import relation_from
 from dprivacy.tables.relations.protocol import ElementCosts
-from tests.sigkill import run_with_random_kills
 from tests.tables.budgets.test_budget_table import _reference
 
 ROOT = str(Path(__file__).resolve().parents[3])
@@ -204,35 +200,3 @@ def test_a_kill_between_write_and_commit_leaves_the_budgets_uncharged(spark, tmp
     assert [q[0] for q in again.queries()] == [1]
     assert again.pay(rel.where(_.k < 2), 0.5).count() == 2  # the next charge is query 2
     assert [q[0] for q in again.queries()] == [1, 2]
-
-
-@pytest.mark.slow
-def test_sigkill_at_random_points_never_releases_an_uncharged_answer(tmp_path):
-    store, out = tmp_path / "k", tmp_path / "released.txt"
-    n = 24  # enough queries that the random kills land while the worker runs, on an idle machine too
-
-    def spawn(done: int) -> subprocess.Popen:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.tables.budgets.spark_budget_worker", str(store), str(out),
-             str(done), str(n)], cwd=ROOT, env=ENV, stdout=subprocess.PIPE, text=True)
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        return proc
-
-    kills = run_with_random_kills(spawn, out, n, kills_wanted=3, max_wait=3.0, seed=1,
-                                  max_kills=30, final_timeout=600)
-    released = [line.split() for line in out.read_text().splitlines()]
-    assert [r[1] for r in released] == [f"q{i}" for i in range(n)] and kills >= 2
-    table = SparkBudgetTable(store)
-    logged = {q: (label, payers) for q, label, payers, _ in table.queries()}
-    ids = list(range(12))
-    init, left = table.initial(ids), table.remaining(ids)
-    for qid, label, answer in released:  # every released answer was charged, to its payers
-        assert logged[int(qid)] == (label, int(answer))
-    assert all(0 <= a <= b for a, b in zip(left, init, strict=True))
-    # each source is asked >= 3 times and can pay every time (at most 0.07 x 14 <= 1): every
-    # committed debit is in the budgets, none is lost or doubled
-    units = scalar_units(0.07)
-    spent = np.round((init - left) * 1e9).astype(np.int64)
-    assert sum(p for _, p in logged.values()) * units == spent.sum()
-    assert all(s % units == 0 and s >= 3 * units for s in spent)
-    assert sorted(logged) == list(range(1, len(logged) + 1))
