@@ -112,19 +112,20 @@ def _proper_rows(cfg: Any, src: Any) -> tuple[list[dict[str, Any]], dict[str, An
 
 def _spark_proper_rows(cfg: Any, src: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The distribution of a Spark source's personal budgets, aggregated by a local Spark
-    session from its SparkBudgetTable (the directory is mounted here: it must be POSIX)."""
+    session from its SparkBudgetTable or SparkSlotBudgets (the directory is mounted here: it
+    must be POSIX)."""
     path = Path(cfg.spark.budget_dir) / f"proper-{src.name}"
     if not (path / "_commits").is_dir():
         return [], {"people": 0, "queries": 0, "served": False}
-    if cfg.spark.budgets == "slots":
-        return [], {"people": 0, "queries": 0, "served": True, "slots": True}
     from pyspark.sql import functions as F
 
     from dprivacy.tables.budgets.ledger import _PER_EPS
     from dprivacy.tables.budgets.spark_budgets import SparkBudgetTable
+    from dprivacy.tables.budgets.spark_slots import SparkSlotBudgets
     from dprivacy.tables.relations.engine.spark import local_session
 
-    store = SparkBudgetTable(path, session=local_session(2))
+    kind = SparkSlotBudgets if cfg.spark.budgets == "slots" else SparkBudgetTable
+    store = kind(path, session=local_session(2))
     try:
         f = store.frame().select((F.col("initial") / _PER_EPS).alias("i"),
                                  (F.col("remaining") / _PER_EPS).alias("r"))
@@ -189,9 +190,6 @@ def cmd_budgets(args: argparse.Namespace) -> int:
             rows, s = _proper_rows(cfg, src)
             if not s["served"]:
                 print(f"\nsource {n} (ProPer): no budget store yet (never served)")
-            elif s.get("slots"):
-                print(f"\nsource {n} (ProPer): budgets kept beside the rows (Spark, budgets = "
-                      "'slots'): not summarised by this command")
             else:
                 print(f"\nsource {n} (ProPer, {s['people']} people, {s['queries']} queries "
                       "committed)")

@@ -318,8 +318,11 @@ class ProPerTable(LiveData, NoisyQueries):
         """Charge each involved source ε × its records and return the payers' records (plus ⊥
         records) as a PINQ table with global budget ε (POPL'15 §6.2, Corollary 1)."""
         e = eps_arg(eps)
-        return Queryable._derive(self._eligible(e), (root := BudgetAgent(e)), [root],
-                                 self._noise)
+        elig = self._eligible(e)
+        pin = getattr(self._budgets, "pin", None)
+        if pin is not None:  # stores whose later charges delete the files the payers are in
+            pin(elig)
+        return Queryable._derive(elig, (root := BudgetAgent(e)), [root], self._noise)
 
     # ------------------------------------------------------------------ d_X on tables
     def histogram(self, universe: Any, on_unknown: str = "drop") -> Any:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import os
 import sqlite3
+import weakref
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
@@ -69,6 +70,47 @@ def to_units(x: Any, *, round_up: bool) -> np.ndarray:
     near = np.abs(u - r) <= 1e-3 + 1e-12 * np.abs(u)
     out = np.where(near, r, np.ceil(u) if round_up else np.floor(u)).astype(np.int64)
     return np.where(big, _MAX_UNITS + 1, out) if np.any(big) else out
+
+
+def charge_units(rel: Any, eps: float, backend: str, store: str) -> int:
+    """ε in units for a charge of the relation ``rel`` by a store (named ``store``) that
+    charges ``backend`` relations; a relation of another backend is refused before anything is
+    charged."""
+    if rel.backend != backend:
+        raise ValidationError(f"a {store} charges {backend} relations, not {rel.backend!r}")
+    return scalar_units(float(eps))
+
+
+#: The payers' view of each relation returned by :func:`keep_payers` (name, Spark DataFrame).
+_PAYER_VIEWS: weakref.WeakKeyDictionary[Any, tuple[str, Any]] = weakref.WeakKeyDictionary()
+
+
+def keep_payers(rel: Any, payers: Any, column: str, known: int | None) -> Any:
+    """The tail of a Spark store's Query rule, after its commit: ``rel`` restricted to the
+    payers' records (ids in the column ``column`` of the Spark DataFrame ``payers``, read
+    lazily) and the ⊥ records; ``known``: their number, when the charge counted it (a count
+    then runs nothing more). See :func:`pin_payers`."""
+    from dprivacy.tables.relations.engine.backends import fresh_name
+    from dprivacy.tables.relations.engine.ibis_plan import PID
+
+    name = fresh_name("paid")
+    payers.createOrReplaceTempView(name)
+    paid = rel.engine.ibis.table(name)
+    t = rel.table
+    out = rel.with_table(t.filter((t[PID] == -1) | t[PID].isin(paid[column])))
+    out.known_count = known
+    _PAYER_VIEWS[out] = (name, payers)
+    return out
+
+
+def pin_payers(rel: Any) -> None:
+    """Make the payers of a relation from :func:`keep_payers` outlive the store's files: they are
+    read once now and kept by Spark (a local checkpoint), so later charges and folds, which
+    delete old files, cannot change or break it (e.g. the table of ``as_pinq``)."""
+    got = _PAYER_VIEWS.get(rel)
+    if got is not None:
+        name, payers = got
+        payers.localCheckpoint(eager=True).createOrReplaceTempView(name)
 
 
 def scalar_units(x: float) -> int:

@@ -47,7 +47,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dprivacy.errors import UnknownRecordError, ValidationError
-from dprivacy.tables.budgets.ledger import _MAX_UNITS, _PER_EPS, scalar_units
+from dprivacy.tables.budgets.ledger import (
+    _MAX_UNITS,
+    _PER_EPS,
+    charge_units,
+    keep_payers,
+    pin_payers,
+    scalar_units,
+)
 from dprivacy.tables.budgets.version_log import StoreLockTimeout, VersionLog
 from dprivacy.tables.relations.engine.ibis_plan import PID
 
@@ -192,11 +199,9 @@ class SparkBudgetTable:
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
-        if rel.backend != "spark":
-            raise ValidationError(f"a SparkBudgetTable charges Spark relations, not {rel.backend!r}")
+        units = charge_units(rel, eps, "spark", "SparkBudgetTable")
         eng: Any = rel.engine
         spark = eng.session
-        units = scalar_units(float(eps))
         asked = _costs(rel, eng.run(rel.table), units, element_costs)
         with self.log.locked():
             k, meta = self.log.latest()
@@ -221,13 +226,14 @@ class SparkBudgetTable:
                                    "payers": int(got.get("payers") or 0),
                                    "total": int(got.get("total") or 0), "next_query": qid + 1})
             self.last_query_id = qid
-        paid = eng.register_dataframe(
-            spark.read.schema(_SCHEMA).parquet(out).filter(F.col("paid")).select("id"), "paid")
-        t = rel.table
-        elig = rel.with_table(t.filter((t[PID] == -1) | t[PID].isin(paid["id"])))
-        if element_costs is None:
-            elig.known_count = int(got.get("bottom") or 0) + int(got.get("records") or 0)
-        return elig
+        known = int(got.get("bottom") or 0) + int(got.get("records") or 0)
+        return keep_payers(rel, spark.read.schema(_SCHEMA).parquet(out).filter(F.col("paid"))
+                           .select("id"), "id", known if element_costs is None else None)
+
+    def pin(self, rel: IbisRelation) -> None:
+        """Keep the payers of ``rel`` (a relation :meth:`pay` returned) in Spark, so that it
+        stays usable after later charges delete this charge's version."""
+        pin_payers(rel)
 
     # ------------------------------------------------------------------ curator's view
     def remaining(self, ids: Any) -> np.ndarray:

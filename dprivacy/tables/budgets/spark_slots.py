@@ -70,7 +70,13 @@ from urllib.parse import unquote, urlparse
 import numpy as np
 
 from dprivacy.errors import UnknownRecordError, ValidationError
-from dprivacy.tables.budgets.ledger import _MAX_UNITS, _PER_EPS, scalar_units
+from dprivacy.tables.budgets.ledger import (
+    _MAX_UNITS,
+    _PER_EPS,
+    charge_units,
+    keep_payers,
+    pin_payers,
+)
 from dprivacy.tables.budgets.version_log import StoreLockTimeout, VersionLog
 from dprivacy.tables.relations.engine.ibis_plan import PID
 
@@ -325,10 +331,8 @@ class SparkSlotBudgets:
 
         from dprivacy.tables.budgets.spark_budgets import _costs
 
-        if rel.backend != "spark":
-            raise ValidationError(f"a SparkSlotBudgets charges Spark relations, not {rel.backend!r}")
+        units = charge_units(rel, eps, "spark", "SparkSlotBudgets")
         eng: Any = rel.engine
-        units = scalar_units(float(eps))
         frame = eng.run(rel.table)
         if element_costs is None and rel.unique:  # one record per person: slots straight
             asked = frame.select(F.col(PID).alias("slot"))
@@ -373,12 +377,13 @@ class SparkSlotBudgets:
                 self._release(fd)
         if len(debits) >= self.fold_every:
             self._start_fold()
-        paid = eng.register_dataframe(_payers_frame(eng.session, self.path, blocks), "paid")
-        t = rel.table
-        elig = rel.with_table(t.filter((t[PID] == -1) | t[PID].isin(paid["slot"])))
-        if element_costs is None:
-            elig.known_count = bottom + records
-        return elig
+        return keep_payers(rel, _payers_frame(eng.session, self.path, blocks), "slot",
+                           bottom + records if element_costs is None else None)
+
+    def pin(self, rel: IbisRelation) -> None:
+        """Keep the payers of ``rel`` (a relation :meth:`pay` returned) in Spark, so that it
+        stays usable after later charges and folds delete this charge's files."""
+        pin_payers(rel)
 
     def _check_source(self, meta: dict[str, Any]) -> None:
         stamps = meta.get("stamps") or []
@@ -495,6 +500,21 @@ class SparkSlotBudgets:
         if any(int(x) not in got for x in a):
             raise UnknownRecordError("unknown record id: it was never registered")
         return np.array([got[int(x)] for x in a], dtype=np.int64) / _PER_EPS
+
+    def frame(self) -> Any:
+        """Everybody's budgets as a Spark DataFrame ``(initial, remaining)`` in units of 10⁻⁹ ε,
+        computed by Spark tasks from the current commit (empty before the registration; the
+        curator's view: aggregate it in the cluster, never serve it). The commit's files are
+        read when the frame is first computed: aggregate it right away."""
+        spark = self._spark()
+        _, meta = self.log.latest()
+        if meta is None or not meta["base"]:
+            return spark.createDataFrame([], "initial long, remaining long")
+        ctx = _context(self.path, meta, out="", uniform=None)
+        pieces = [(i,) for i in range(len(meta["base"]))]
+        jobs = spark.createDataFrame(pieces, "piece int").repartition(
+            max(1, min(len(pieces), spark.sparkContext.defaultParallelism * 4)))
+        return jobs.mapInArrow(_budgets_task(ctx), "initial long, remaining long")
 
     def _slots_of(self, meta: dict[str, Any], want: np.ndarray) -> dict[int, int]:
         """The slots of the ids ``want`` (those registered), read from the source by Spark."""
@@ -1131,6 +1151,25 @@ def _fold_task(ctx: dict[str, Any]) -> Any:
                 rows.append({"piece": int(i), "rem": f})
         if rows:
             yield pa.RecordBatch.from_pylist(rows, schema=_schema("piece int, rem string"))
+
+    return run
+
+
+def _budgets_task(ctx: dict[str, Any]) -> Any:
+    def run(batches: Any) -> Any:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        cache: dict[str, Any] = {}
+        for b in batches:
+            for i in b.column(0).to_pylist():
+                p = ctx["base"][int(i)]
+                rem = _state(ctx, int(i), cache).full()
+                init = (np.full(rem.size, int(p["initial"]), np.int64) if p["ids"] is None
+                        else pq.read_table(p["ids"], columns=["initial"]).column(0).to_numpy())
+                yield pa.RecordBatch.from_arrays([pa.array(init, pa.int64()),
+                                                  pa.array(rem, pa.int64())],
+                                                 ["initial", "remaining"])
 
     return run
 

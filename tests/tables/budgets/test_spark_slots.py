@@ -360,3 +360,46 @@ def test_one_budget_for_everybody_registers_without_writing_per_person(spark, tm
     assert list(again.remaining(ids[::-1])) == pytest.approx(list(left[::-1]))
     with pytest.raises(UnknownRecordError):
         again.remaining([int(ids[-1]) + 1])
+
+
+@pytest.mark.parametrize("kind", ["slots", "table"])
+def test_an_as_pinq_table_outlives_the_files_of_its_charge(spark, tmp_path, kind):
+    """as_pinq keeps its payers in Spark: later charges (and folds) delete the files of its
+    charge, and the PINQ table still reads the same people."""
+    from dprivacy.tables.budgets.spark_budgets import SparkBudgetTable
+
+    df = pd.DataFrame({"pid": np.arange(8), "role": list("TMTMTMTM")})
+    data = _write(spark, df, tmp_path / "data", files=2)
+    store = (SparkSlotBudgets(tmp_path / "p", keep_versions=2, fold_every=1, background=False)
+             if kind == "slots" else SparkBudgetTable(tmp_path / "p", keep_versions=2))
+    p = ProPerTable(spark.read.parquet(data), budget=1.0, ledger=store, id_column="pid")
+    before = {d.name for d in (tmp_path / "p").iterdir()}
+    q = p.where(_.role == "T").as_pinq(0.5)
+    mine = {d.name for d in (tmp_path / "p").iterdir() if d.name[0] != "_"} - before
+    for _k in range(3):
+        p.where(_.role == "M").noisy_count(0.1)
+    assert mine and not mine & {d.name for d in (tmp_path / "p").iterdir()}  # its files: gone
+    assert q._rel.count() == 4  # the payers, read from Spark's copy
+    assert np.isfinite(q.noisy_count(0.1))
+
+
+def test_the_owners_summary_covers_the_slot_store(spark, tmp_path):
+    """``dprivacy budgets`` summarises a Spark source's slot store: how many people have how
+    much of their budget left, and the queries committed."""
+    from types import SimpleNamespace
+
+    from dprivacy.cli.cmd_budgets import _spark_proper_rows
+
+    df = pd.DataFrame({"pid": np.arange(8), "role": list("TMTMTMTM")})
+    data = _write(spark, df, tmp_path / "data", files=2)
+    store = SparkSlotBudgets(tmp_path / "bd" / "proper-people", fold_every=2, background=False)
+    p = ProPerTable(spark.read.parquet(data), budget=1.0, ledger=store, id_column="pid")
+    p.where(_.role == "T").noisy_count(0.3)
+    p.where(_.pid == 0).noisy_count(1.0)  # refused: 0.7 left
+    cfg = SimpleNamespace(spark=SimpleNamespace(budget_dir=tmp_path / "bd", budgets="slots"))
+    rows, summary = _spark_proper_rows(cfg, SimpleNamespace(name="people"))
+    people = {r["left"]: r["people"] for r in rows}
+    assert people["(50%, 75%]"] == 4 and people["all (untouched)"] == 4
+    assert sum(people.values()) == 8
+    assert summary["people"] == 8 and summary["queries"] == 2
+    assert summary["min"] == pytest.approx(0.7) and summary["spent"] == pytest.approx(1.2)
