@@ -185,7 +185,7 @@ def measure_spark(session: Any, rows: int = 1_000_000, repeat: int = 3) -> tuple
     measured now on synthetic records (never the owner's data) with the budgets in a
     temporary SparkBudgetTable: as :func:`dprivacy.service.calibrate.measure` does for
     DuckDB."""
-    from dprivacy.service.calibrate import measure_tables
+    from dprivacy.service.costs import measure_tables
     from dprivacy.tables import ProPerTable
     from dprivacy.tables.budgets.spark_budgets import SparkBudgetTable
 
