@@ -34,3 +34,17 @@ def test_small_run(tmp_path: Path) -> None:
     df2 = ex.run(quick=True, seed=0, outdir=tmp_path, grids=[3], cities=[], losses=["distance"],
                  metrics=["manhattan"], priors=["uniform"], append=True)
     assert len(df2) == len(df) + 1
+
+
+def test_warm_start_row(tmp_path: Path) -> None:
+    """A grid started from a smaller one: the warm-start columns are filled, the time includes
+    the smaller solve, the bound is valid and the randomiser private."""
+    from experiments import local_optimal_scale as ex
+
+    df = ex.run(quick=True, seed=0, outdir=tmp_path, grids=[5], cities=[], losses=["distance"],
+                metrics=["euclidean", "manhattan"], priors=["uniform"], gap=1e-3, warm_from=3,
+                plain_max=25)
+    assert df.private.all() and (df.warm_from == 3).all()
+    assert (df.warm_seconds <= df.seconds).all() and np.isfinite(df.first_bound).all()
+    assert (df.lower_bound <= df.plain_loss * (1 + 1e-9)).all()
+    assert (df.gap <= 1e-3 + 1e-12).all()
