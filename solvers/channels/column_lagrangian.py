@@ -31,6 +31,12 @@ invariant (:mod:`solvers.channels.symmetry`), an optimal T with ``T[p[x], p[z]] 
 exists. Then only one output per orbit is priced, the master has one row per orbit of inputs,
 and ``u`` is constant on orbits (the bound above still holds: it holds for any ``u``).
 
+The slack columns' box on the master's duals is centred on the multipliers of the best bound
+so far (boxstep; Marsten, Hogan & Blankenship, 1975), so a warm start (``start_duals``, e.g. a
+smaller grid's multipliers, :mod:`solvers.channels.warm_start`) is kept, and the master can start
+from given columns (``start_columns``). The symmetric channel is built exactly symmetric
+(:func:`expand`), which lets its privacy check look at one column per orbit.
+
 Pairs with budgets above ``CAP`` nats stay out of the pricing LPs (a relaxation: the bound stays
 valid), and each column the LPs return is lifted to ``v'[y] = max_x v[x] exp(-D[x, y])`` (D: the
 path metric of the pair budgets), the least vector above v that satisfies every pair; it moves
