@@ -3,8 +3,8 @@ this process or in a child process of its own.
 
 A background compaction rebuilds the budgets from the store's file (its snapshot and the records
 up to a given offset, their bitmaps folded together), compresses them and writes them, synced,
-to a temporary file. That is most of its work, and it runs best in a process of its own at the
-lowest CPU priority (``python -m dprivacy.tables.budgets.slot_snapshot PATH INODE OFFSET TMP``):
+to a temporary file. That is most of its work, and it runs best in a process of its own at a
+lower CPU priority (``python -m dprivacy.tables.budgets.slot_snapshot PATH INODE OFFSET TMP``):
 a thread of the querying process would share its interpreter lock, and a query could wait for
 a thread the scheduler starves. The child only writes the temporary file; the querying process
 appends the records committed meanwhile and renames it over the store, under the store's lock.
@@ -40,7 +40,10 @@ __all__: list[str] = []
 
 SYNC_SLICE = 1 << 20  # a snapshot is written and synced 1 MiB at a time
 STALE = 3  # the child's exit status when the store was replaced meanwhile
-DUTY = 1 / 3  # the child works about this fraction of its time (see Pacer)
+# The child's CPU priority. At nice 19 a process whose queries keep both cores busy gave it
+# so little CPU that a snapshot took 50 queries and fell behind (the query path then compacts);
+# at nice 5 it gets about a quarter of a busy core and lands within about 15 queries.
+CHILD_NICE = 5
 _PACK_PIECE = 8 << 20  # a paced snapshot compresses the budgets 8 MiB at a time
 Pace = Callable[[], None] | None
 
@@ -200,13 +203,11 @@ def main(argv: list[str] | None = None) -> int:
     exits with ``STALE``."""
     args = sys.argv[1:] if argv is None else argv
     try:
-        os.nice(19)  # the lowest CPU priority: the queries come first
+        os.nice(CHILD_NICE)  # below the queries
     except OSError:
         pass
     path, ino, off, tmp = args[0], int(args[1]), int(args[2]), args[3]
-    # numpy (no compiler to load in this process), at a third of the time: a few milliseconds
-    # of work at once, then a pause, so that no query shares the memory with all of it
-    size = build(path, ino, off, tmp, jit=False, pace=Pacer(DUTY))
+    size = build(path, ino, off, tmp, jit=False)  # numpy: no compiler to load in this process
     if size is None:
         return STALE
     print(size, flush=True)

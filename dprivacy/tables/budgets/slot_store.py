@@ -12,14 +12,16 @@ outweigh a few bytes per person they are folded into a new snapshot (*compaction
 temporary file, synced, renamed over the store).
 
 **Compaction off the query path.** By default the snapshot is written in the background: the
-query that crosses the threshold only starts a thread and answers at once. A helper thread at
-the lowest CPU priority rebuilds the budgets from the file itself (its snapshot and the records
-up to that query, their bitmaps folded together in one pass over the budgets: nothing in memory
-is copied or locked), compresses them into ``<path>.tmp<pid>.bg`` and syncs it in slices (so
-that a query's own commit never waits behind the whole snapshot), then appends in bulk the
-records committed meanwhile. The thread that started it, at the queries' priority, then takes
-the lock for the short last step: the few records committed since, and the rename over the
-store (so a query waiting for the lock never waits for a starved thread). Should the
+query that crosses the threshold only starts a thread and answers at once. A child process at a
+lower CPU priority (:mod:`~dprivacy.tables.budgets.slot_snapshot`; a helper thread at the lowest
+priority if no process can start) rebuilds the budgets from the file itself (its snapshot and
+the records up to that query, their bitmaps folded together in one pass over the budgets:
+nothing in memory is copied or locked), compresses them into ``<path>.tmp<pid>.bg`` and syncs it
+in slices (so that a query's own commit never waits behind the whole snapshot). The thread, at
+the queries' priority, then appends in bulk the records committed meanwhile and takes the lock
+for the short last step: the few records committed since, and the rename over the store (so a
+query waiting for the lock never waits for a starved process or thread, and the compaction
+never holds this process's interpreter lock). Should the
 compaction fall far behind (records beyond three times the threshold: a starved CPU), the
 query compacts on its own path, so the file stays bounded. If the store was replaced in
 between (another process compacted or registered people) the copy is dropped.
@@ -374,7 +376,7 @@ class SlotStore:
 
     def _compact(self, state: tuple[Any, ...] | None, ino: int | None, off: int) -> None:
         """The background compaction: the snapshot is built, written and synced elsewhere (by
-        default a child process at the lowest CPU priority, :mod:`~dprivacy.tables.budgets.
+        default a child process at a lower CPU priority, :mod:`~dprivacy.tables.budgets.
         slot_snapshot`; else a helper thread at the lowest priority), then this thread, at the
         priority of the queries, appends in bulk the records committed meanwhile and takes the
         lock only for the short last step (the few records committed since, the rename)."""
@@ -603,7 +605,7 @@ _CHILD_SECONDS = 600  # a child building a snapshot is killed after this long
 
 def _build_in_child(path: str, ino: int, off: int, tmp: str) -> int | None | bool:
     """Build the snapshot in a child process (:mod:`~dprivacy.tables.budgets.slot_snapshot`, at
-    the lowest CPU priority): its size, None if the store was replaced meanwhile, or False if
+    a lower CPU priority): its size, None if the store was replaced meanwhile, or False if
     no child could be started (the caller then builds it in a thread)."""
     import subprocess
     import sys
