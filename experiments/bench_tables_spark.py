@@ -10,11 +10,14 @@ selected pays until exhausted) are timed, interleaved with Spark's exact count o
 over the same Parquet (a scan). Reported: the median time per query and its ratio to the exact
 count (and the worst ratio), the one-time registration against the yardstick of one exact scan
 plus one Spark write of every person's (id, budget), the store's bytes per person after
-``--total`` queries (the files the current commit names), and the driver's peak RSS (the Python
+``--total`` queries (the files the current commit names: at the last query and once a running
+fold has ended), one CSV row per interleaved query (``..._queries.csv``, written as the run goes),
+and the driver's peak RSS (the Python
 process: budgets on the driver would take 8 bytes per person there; the stores never bring ids
 or budgets to it).
 
-Run alone: ``python -m experiments.bench_tables_spark --people 100000000 --queries 3``.
+Run alone: ``python -m experiments.bench_tables_spark --people 100000000 --queries 100 --total
+100 --stores slots`` (``--data DIR`` reuses a generated Parquet directory).
 """
 
 from __future__ import annotations
