@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import os
 import sqlite3
+import time
 import weakref
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -237,7 +238,24 @@ class Ledger(BudgetLedger):
         self.timeout = timeout
         self._conn: sqlite3.Connection | None = None
         self._pid = -1
-        self._db().executescript(_SCHEMA)
+        self._retry_locked(lambda: self._db().executescript(_SCHEMA))
+
+    def _retry_locked(self, f: Any) -> Any:
+        """``f()``, retried while SQLite says the database is locked, for up to ``timeout``
+        seconds. Opening a store (the WAL switch, the schema) can meet another process opening
+        it at the same moment; SQLite may then refuse at once instead of waiting in its busy
+        handler."""
+        give_up = time.monotonic() + self.timeout
+        while True:
+            try:
+                return f()
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > give_up:
+                    raise
+                if self._conn is not None and self._pid == os.getpid():
+                    self._conn.close()
+                self._conn = None
+                time.sleep(0.05)
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is not None and self._pid != os.getpid():
@@ -246,12 +264,19 @@ class Ledger(BudgetLedger):
             _INHERITED.append(self._conn)
             self._conn = None
         if self._conn is None:
-            conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+            self._conn, self._pid = self._retry_locked(self._open), os.getpid()
+        return self._conn
+
+    def _open(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+        try:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute("CREATE TEMP TABLE IF NOT EXISTS req (id INTEGER PRIMARY KEY, cost INT)")
-            self._conn, self._pid = conn, os.getpid()
-        return self._conn
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     def close(self) -> None:
         """Close this process's connection."""
