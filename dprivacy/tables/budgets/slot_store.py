@@ -52,7 +52,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -60,6 +60,7 @@ from dprivacy.errors import DPrivacyError, ValidationError
 from dprivacy.tables.budgets import slot_kernels
 from dprivacy.tables.budgets.slot_index import SlotIndex
 from dprivacy.tables.budgets.slot_records import (
+    _REC,
     _append,
     _encode,
     _encode_bits,
@@ -134,7 +135,8 @@ class SlotStore:
         self.queries: list[list[Any]] = []  # [query, label, payers, total amount]
         self._index: SlotIndex | None = None
         self._paid: np.ndarray | None = None
-        self._ino: int | None = None
+        self._ino: int | None = None  # the inode of the file this store has read (``_held``)
+        self._held: IO[bytes] | None = None
         self._off = 0
         self._log_bytes = 0
         self._packed: tuple[bytes, int, bytes, int] | None = None  # ids, initial compressed
@@ -152,6 +154,7 @@ class SlotStore:
             return
         if self._pid != os.getpid():  # a forked child: its own descriptors and state
             self._lockfd, self._pid, self._ino, self._bg = None, os.getpid(), None, None
+            self._hold(None)
         if self._lockfd is None:
             self._lockfd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
         deadline = time.monotonic() + self.timeout
@@ -369,17 +372,26 @@ class SlotStore:
         :meth:`locked` (the copy is the state of the file up to ``self._off``)."""
         if self._bg is not None and self._bg.is_alive():
             return
+        if self._held is None:
+            return
         state = None  # rebuilt from the file by the thread: nothing is copied on this path
-        self._bg = threading.Thread(target=self._compact, args=(state, self._ino, self._off),
+        pin = os.fdopen(os.dup(self._held.fileno()), "rb")  # this inode, while the thread runs
+        self._bg = threading.Thread(target=self._compact,
+                                    args=(state, self._ino, self._off, pin),
                                     name="dprivacy-budget-compaction-commit", daemon=True)
         self._bg.start()
 
-    def _compact(self, state: tuple[Any, ...] | None, ino: int | None, off: int) -> None:
+    def _compact(self, state: tuple[Any, ...] | None, ino: int | None, off: int,
+                 src: IO[bytes]) -> None:
         """The background compaction: the snapshot is built, written and synced elsewhere (by
         default a child process at a lower CPU priority, :mod:`~dprivacy.tables.budgets.
         slot_snapshot`; else a helper thread at the lowest priority), then this thread, at the
         priority of the queries, appends in bulk the records committed meanwhile and takes the
-        lock only for the short last step (the few records committed since, the rename)."""
+        lock only for the short last step (the few records committed since, the rename).
+
+        ``src`` is the file of inode ``ino``, open: while it is open no other file can get
+        that inode number, so a file at ``path`` with inode ``ino`` is this one (ext4 hands
+        a freed number to the next new file at once)."""
         assert self.path is not None and ino is not None
         tmp = f"{self.path}.tmp{os.getpid()}.bg"
         try:
@@ -388,10 +400,7 @@ class SlotStore:
                 if os.path.exists(tmp):
                     os.unlink(tmp)
                 return
-            with open(self.path, "rb") as src:  # the old file, even if renamed meanwhile
-                if os.fstat(src.fileno()).st_ino != ino:
-                    os.unlink(tmp)
-                    return
+            with src:  # the old file, even if renamed meanwhile
                 copied = off
                 for _round in range(_CATCH_UP_ROUNDS):  # without the lock: committed records
                     end = self._off  # (advanced after each commit's fsync) copied in bulk
@@ -403,15 +412,23 @@ class SlotStore:
                         os.unlink(tmp)  # the store was replaced meanwhile: this copy is stale
                         return
                     _copy_range(src, copied, self._off, tmp)
-                    os.replace(tmp, self.path)
+                    new = open(tmp, "rb")
+                    try:
+                        os.replace(tmp, self.path)
+                    except BaseException:
+                        new.close()
+                        raise
+                    self._hold(new)
                     _fsync_dir(self.path)
                     tail = self._off - off
-                    self._ino, self._off, self._log_bytes = (os.stat(self.path).st_ino,
+                    self._ino, self._off, self._log_bytes = (os.fstat(new.fileno()).st_ino,
                                                              size + tail, tail)
         except BaseException as exc:  # the old file is complete: compaction can wait
             self.compaction_error = exc
             if os.path.exists(tmp):
                 os.unlink(tmp)
+        finally:
+            src.close()
 
     def _build_snapshot(self, state: tuple[Any, ...] | None, ino: int, off: int,
                         tmp: str) -> int | None:
@@ -486,15 +503,26 @@ class SlotStore:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        new = open(tmp, "rb")
+        try:
+            os.replace(tmp, self.path)
+        except BaseException:
+            new.close()
+            raise
+        self._hold(new)
         _fsync_dir(self.path)
-        self._ino, self._off, self._log_bytes = os.stat(self.path).st_ino, len(data), 0
+        self._ino, self._off, self._log_bytes = os.fstat(new.fileno()).st_ino, len(data), 0
 
     def _load(self) -> None:
         assert self.path is not None
-        with open(self.path, "rb") as f:
+        f = open(self.path, "rb")
+        try:
             ino = os.fstat(f.fileno()).st_ino
             meta, blobs, off = _read_snapshot(f, self.path)
+        except BaseException:
+            f.close()
+            raise
+        self._hold(f)  # kept open: its inode number then names this file and no other
         n = int(meta["n"])
         raw = meta["raw"]
         if meta["identity"]:  # person i in slot i: the map needs no check
@@ -524,6 +552,11 @@ class SlotStore:
             data = f.read()
         pos = self._replay(data)
         if pos < len(data):  # a torn record: its process died before the commit
+            tail = data[pos: pos + len(_REC)]
+            if tail != _REC[: len(tail)] and any(tail):
+                raise ValidationError(
+                    f"{self.path}: bytes at offset {self._off + pos} are neither a record nor "
+                    "the start of one; the file was left as it is (nothing charged)")
             os.truncate(self.path, self._off + pos)
         self._off += pos
         self._log_bytes += pos
@@ -535,12 +568,21 @@ class SlotStore:
             self.next_query = next_query
         return pos
 
+    def _hold(self, f: IO[bytes] | None) -> None:
+        """Keep ``f``, the store's current file, open (closing the one held before): while a
+        file is open its inode number is not given to another file, so comparing inode
+        numbers tells whether another process replaced the file."""
+        old, self._held = self._held, f
+        if old is not None:
+            old.close()
+
     def close(self) -> None:
-        """Finish a background compaction and close the lock file descriptor."""
+        """Finish a background compaction and close the lock file and the held file."""
         self.wait_for_compaction()
         if self._lockfd is not None and self._pid == os.getpid():
             os.close(self._lockfd)
         self._lockfd = None
+        self._hold(None)
 
 
 class _Locked:
