@@ -576,6 +576,11 @@ class SlotStore:
         if old is not None:
             old.close()
 
+    def __del__(self) -> None:  # a store dropped without close(): no unclosed-file warning
+        held = getattr(self, "_held", None)
+        if held is not None:
+            held.close()
+
     def close(self) -> None:
         """Finish a background compaction and close the lock file and the held file."""
         self.wait_for_compaction()
