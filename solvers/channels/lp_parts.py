@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["new_highs", "add_ratio_rows", "nearest_pairs"]
+__all__ = ["new_highs", "add_ratio_rows", "add_complement_rows", "nearest_pairs"]
 
 
 def new_highs(threads: int | None = None) -> Any:
@@ -74,6 +74,20 @@ def add_ratio_rows(h: Any, i: np.ndarray, j: np.ndarray, eb: np.ndarray) -> None
     val = np.empty(2 * k)
     val[0::2], val[1::2] = 1.0, -eb
     h.addRows(k, np.full(k, -np.inf), np.zeros(k), 2 * k, np.arange(0, 2 * k, 2, dtype=np.int32),
+              idx, val)
+
+
+def add_complement_rows(h: Any, i: np.ndarray, j: np.ndarray, eb: np.ndarray) -> None:
+    """Add the rows ``(1 - v[i[k]]) <= eb[k] · (1 - v[j[k]])``, i.e.
+    ``-v[i[k]] + eb[k] · v[j[k]] <= eb[k] - 1``, to ``h``."""
+    k = i.size
+    if k == 0:
+        return
+    idx = np.empty(2 * k, dtype=np.int32)
+    idx[0::2], idx[1::2] = i, j
+    val = np.empty(2 * k)
+    val[0::2], val[1::2] = -1.0, eb
+    h.addRows(k, np.full(k, -np.inf), eb - 1.0, 2 * k, np.arange(0, 2 * k, 2, dtype=np.int32),
               idx, val)
 
 
