@@ -13,7 +13,11 @@ graph's edges only, which is exact.
 The result is checked before it is returned: over all triples, or, above ``CHECK_ALL_MAX``
 inputs and when the metric is such a graph metric, on every edge of the graph together with a
 shortest-path computation showing that the edges' path lengths equal the budgets (then every
-pair's constraint follows along a path).
+pair's constraint follows along a path). The all-triples check uses the square's maps that leave
+the channel and the budgets exactly unchanged (verified entry by entry): the outputs of one orbit
+carry the same constraints, so one output per orbit is checked (eight times fewer steps on a
+square grid), in blocks of one input, with the same outcome as :func:`check_dx` over every
+output.
 Privacy condition: ``T[x, z] <= exp(eps[x, x']) T[x', z]`` for all x, x', z.
 """
 
@@ -26,9 +30,10 @@ import numpy as np
 from scipy.spatial.distance import cdist
 
 from dprivacy.errors import PrivacyViolationError, ValidationError
-from dprivacy.local.cost import DXCheck, check_dx
+from dprivacy.local.cost import DXCheck, validate_stochastic
 from dprivacy.local.randomiser import MatrixRandomiser
 from solvers.channels.optimal import LPResult, solve_dx_lp
+from solvers.channels.separation import check_all_pairs
 from solvers.channels.spanner import graph_edges, greedy_spanner
 from solvers.channels.symmetry import square_symmetries
 
@@ -101,6 +106,23 @@ def _check_edges(T: np.ndarray, eps: np.ndarray, i: np.ndarray, j: np.ndarray,  
     return DXCheck(ok=ok, worst=w_pair, loss=loss_w, eps=float(eps[x, y]), ratio=worst)
 
 
+def _check_all_pairs(T: np.ndarray, eps: np.ndarray, group: list[np.ndarray] | None,  # noqa: N803
+                     rtol: float = 1e-9, atol: float = 1e-12) -> DXCheck:
+    """:func:`dprivacy.local.cost.check_dx` (same tolerances, same outcome and worst ratio) over
+    one output per orbit of the maps in ``group`` that leave ``T`` and ``eps`` exactly unchanged
+    (:func:`solvers.channels.separation.check_all_pairs`), one input at a time: about ``|G|``
+    times fewer steps than every triple, and no N x N temporary per input beyond the checked
+    outputs. The worst pair may be another pair of the same orbit than check_dx's (same ratio)."""
+    validate_stochastic(T)
+    ok, worst, (x, y) = check_all_pairs(T, eps, rtol=rtol, atol=atol, group=group)
+    loss = 0.0
+    if x != y:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lx, ly = np.log(T[x]), np.log(T[y])
+            loss = float(np.max(np.where(np.isneginf(lx), -np.inf, lx - ly)))
+    return DXCheck(ok=ok, worst=(int(x), int(y)), loss=loss, eps=float(eps[x, y]), ratio=float(worst))
+
+
 def optimal_randomiser(universe: Any, metric: Any, *, loss: str = "distance", quality: Any = None,
                        prior: Any = None, dilation: float | None = None, **lp_options: Any
                        ) -> OptimalRandomiser:
@@ -161,7 +183,10 @@ def optimal_randomiser(universe: Any, metric: Any, *, loss: str = "distance", qu
         if graph is not None:
             chk, checked = _check_edges(res.T, eps, *graph), "graph edges"
     if chk is None:
-        chk, checked = check_dx(res.T, eps, rtol=1e-9), "all pairs"
+        group = lp_options.get("symmetries")
+        if group is None and universe.coords is not None:  # (used only if T keeps them exactly)
+            group = square_symmetries(universe.coords)
+        chk, checked = _check_all_pairs(res.T, eps, group), "all pairs"
     if not chk.ok:
         raise PrivacyViolationError(f"the LP solution breaks pair {chk.worst}: loss {chk.loss} > {chk.eps}")
     # outputs never reported are dropped (Def. 3 would price an all-zero column at infinity)

@@ -166,6 +166,7 @@ def check_all_pairs(T: np.ndarray, eps: np.ndarray, *, rtol: float = 1e-9,  # no
             if bad.any():
                 ok = False
             ratio = np.where(loss <= 0, 0.0, np.where(e > 0, loss / e, np.inf))
+            ratio[np.isnan(ratio)] = 0.0  # (an unconstrained pair, inf / inf: no ratio)
             k = int(np.argmax(ratio))
             if ratio[k] > worst:
                 worst, pair = float(ratio[k]), (x, k)
