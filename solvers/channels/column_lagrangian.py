@@ -99,13 +99,19 @@ SINGLE_ABOVE = 4096
 CAP = 23.0
 
 #: With every pair of a metric constrained, the pricing LPs take pairs up to
-#: ``min(CAP, max(DENSE_CAP, DENSE_STEPS x the median nearest-neighbour budget))`` nats
-#: (:func:`dense_cap`): the longer pairs are implied, up to a dilation close to 1, by chains of
-#: the shorter ones, and leaving them out (a relaxation: the bound stays valid) keeps HiGHS away
-#: from coefficients near ``exp(23)``. Measured on a 50 x 50 grid (0.5 per unit, warm start from
-#: 25 x 25): the first bound 3.4516 with the cap at 23 nats, 3.6387 with 8 (primal 3.6495).
+#: ``min(CAP, max(DENSE_CAP, DENSE_STEPS x the median nearest-neighbour budget, DENSE_SPREAD x
+#: the largest nearest-neighbour budget))`` nats (:func:`dense_cap`): the longer pairs are
+#: implied, up to a dilation close to 1, by chains of the shorter ones, and leaving them out (a
+#: relaxation: the bound stays valid) keeps HiGHS away from coefficients near ``exp(23)``.
+#: Measured on a 50 x 50 grid (0.5 per unit, warm start from 25 x 25): the first bound 3.4516
+#: with the cap at 23 nats, 3.6387 with 8 (primal 3.6495). The last term keeps every input's
+#: nearby pairs where points are spread unevenly (the 808 US cities at one over the median
+#: nearest-neighbour distance: a cap of 16 nats left the western cities without pairs, and the
+#: bound was -9.5e4 after 7 minutes; their largest nearest-neighbour budget is 35 nats, so they
+#: keep the cap of 23).
 DENSE_CAP = 8.0
 DENSE_STEPS = 16.0
+DENSE_SPREAD = 4.0
 
 #: Largest pair budget (nats) of a complementary row ``1 - v[x] <= exp(b) (1 - v[y])`` in a pricing
 #: LP. Such a row can only bind where ``v[x] >= 1 - exp(-b)``; leaving the others out is a
@@ -466,17 +472,22 @@ def _set_basis(h: Any, cols: np.ndarray, rows: np.ndarray) -> None:
 
 def dense_cap(eps: np.ndarray) -> float:
     """The largest pair budget the pricing LPs take when every pair of ``eps`` is constrained:
-    ``min(CAP, max(DENSE_CAP, DENSE_STEPS x`` the median budget to the nearest other input``))``.
+    ``min(CAP, max(DENSE_CAP, DENSE_STEPS x median(nn), DENSE_SPREAD x max(nn)))``, ``nn`` the
+    budget of each input to its nearest other input.
 
     Examples
     --------
     >>> d = np.abs(np.subtract.outer(np.arange(5.0), np.arange(5.0)))
     >>> dense_cap(0.1 * d), dense_cap(1.0 * d), dense_cap(5.0 * d)
     (8.0, 16.0, 23.0)
+    >>> far = np.abs(np.subtract.outer([0.0, 1, 2, 3, 12], [0.0, 1, 2, 3, 12]))  # one far point
+    >>> dense_cap(0.5 * far)
+    18.0
     """
     near = _near_rows(eps, 1)[:, 0]
-    nn = float(np.median(eps[np.arange(eps.shape[0]), near]))
-    return float(min(CAP, max(DENSE_CAP, DENSE_STEPS * nn)))
+    nn = eps[np.arange(eps.shape[0]), near]
+    return float(min(CAP, max(DENSE_CAP, DENSE_STEPS * float(np.median(nn)),
+                              DENSE_SPREAD * float(np.max(nn)))))
 
 
 def _near_rows(eps: np.ndarray, k: int, block: int = 512) -> np.ndarray:

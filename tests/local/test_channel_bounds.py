@@ -144,3 +144,21 @@ def test_capped_pricing_lps_keep_a_valid_bound_and_a_private_channel(cap: float 
         assert r.lower_bound == pytest.approx(opt, rel=1e-6)
     if cap == 0.6:  # the relaxation is strictly weaker there: the cap does leave pairs out
         assert r.lower_bound < opt * (1 - 1e-6)
+
+
+def test_default_cap_keeps_the_pairs_of_an_isolated_point() -> None:
+    """A grid plus one point 20 units away (10 nats to its nearest neighbour): a cap of 8 nats
+    leaves that point without rows and the bound falls below the optimum (still valid);
+    the default cap covers its nearest pairs and the bound meets the plain LP's optimum."""
+    pts = np.vstack([_grid(4), [[23.0, 3.0]]])
+    d = cdist(pts, pts)
+    eps = 0.5 * d
+    n = len(pts)
+    opt = solve_dx_lp(eps, d, method="direct").lp_objective
+    assert dense_cap(eps) == 23.0  # 4 x 10 nats, at most 23
+    w = np.full(n, 1.0 / n)
+    low = solve_by_columns(d, eps, None, None, None, row_weight=w, gap=1e-9, cap=8.0)
+    ok = solve_by_columns(d, eps, None, None, None, row_weight=w, gap=1e-9)
+    assert low.lower_bound <= opt * (1 + 1e-9) and ok.lower_bound <= opt * (1 + 1e-9)
+    assert low.lower_bound < opt * (1 - 1e-4)
+    assert ok.lower_bound == pytest.approx(opt, rel=1e-6)
