@@ -25,13 +25,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 from typing import Any
 
-from dprivacy.errors import ConfigError
+from dprivacy.service.child_process import context, enter_child, wait_ready
 from dprivacy.service.config import ServiceConfig
 from dprivacy.service.shares import DECIDER_NICE, base_nice
-from dprivacy.service.workers import _context, _die_with_parent
 
 __all__ = ["DeciderProcess"]
 
@@ -43,9 +41,7 @@ def _decider_main(cfg: ServiceConfig, analyst: str, schemas: dict[str, Any],
                   releases: dict[str, Any], conn: Any, nice: int) -> None:
     """The decider process: build the analyst's Decider, then answer requests until the pipe
     closes. A request is ``(op, args)``; the reply the op's tuple, or ``("failed", name)``."""
-    _die_with_parent()
-    with contextlib.suppress(OSError):
-        os.setpriority(os.PRIO_PROCESS, 0, nice)
+    enter_child(nice)
     from dprivacy.service.decide import Decider
 
     try:
@@ -81,7 +77,7 @@ class DeciderProcess:
                  releases: dict[str, Any]) -> None:
         self.analyst = analyst
         self.nice = min(19, base_nice() + DECIDER_NICE)
-        ctx = _context()
+        ctx = context()
         mine, theirs = ctx.Pipe()
         self.proc = ctx.Process(target=_decider_main,
                                 args=(cfg, analyst, schemas, releases, theirs, self.nice),
@@ -99,16 +95,10 @@ class DeciderProcess:
     def wait_ready(self, until: float) -> bool:
         """Wait (until ``time.monotonic()`` reaches ``until``) for the decider to be built.
         Raises ConfigError if it could not be."""
-        while not self.ready:
-            left = until - time.monotonic()
-            if left <= 0 or not self.conn.poll(left):
-                return False
-            msg = self.conn.recv()
-            if msg[0] == "failed":
-                raise ConfigError(f"the decider of analyst {self.analyst!r} could not start: "
-                                  f"{msg[1]}")
-            self.ready = msg[0] == "ready"
-        return True
+        if not self.ready:
+            self.ready = wait_ready(self.conn, until,
+                                    f"the decider of analyst {self.analyst!r} could not start")
+        return self.ready
 
     def call(self, op: str, *args: Any) -> tuple[Any, ...]:
         """Ask the decider ``op(*args)`` and wait for its reply (RuntimeError if it failed)."""

@@ -31,15 +31,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import multiprocessing
 import os
 import signal
-import threading
 import time
 from collections import OrderedDict
 from typing import Any
 
 from dprivacy.errors import ConfigError, DPrivacyError
+from dprivacy.service.child_process import context, enter_child, wait_ready
 from dprivacy.service.config import ServiceConfig
 from dprivacy.service.shares import worker_nice
 
@@ -47,42 +46,12 @@ __all__ = ["LaneWorker"]
 
 log = logging.getLogger("dprivacy.service")
 
-_PRELOAD = ["dprivacy.service.worker_preload"]
-_CTX: Any = None
-_CTX_LOCK = threading.Lock()
-
-
-def _context() -> Any:
-    """The fork-server context (one per service process; its server loads ``_PRELOAD`` once,
-    so a worker starts in a fraction of a second)."""
-    global _CTX
-    with _CTX_LOCK:
-        if _CTX is None:
-            ctx = multiprocessing.get_context("forkserver")
-            ctx.set_forkserver_preload(_PRELOAD)
-            _CTX = ctx
-        return _CTX
-
-
-def _die_with_parent() -> None:
-    """Ask Linux for SIGKILL when the parent process dies (elsewhere: the pipe's end)."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def _worker_main(cfg: ServiceConfig, analyst: str, conn: Any, nice: int) -> None:
     """The worker process: open the analyst's sources, then answer jobs until the pipe closes.
 
     A job is ``(stall, body)``; the reply ``("value", v)``, ``("refused",
     name)`` (a library refusal) or ``("failed", name)`` (any other exception)."""
-    _die_with_parent()
-    with contextlib.suppress(OSError):
-        os.setpriority(os.PRIO_PROCESS, 0, nice)
+    enter_child(nice)
     from dprivacy.service.execute import Builder, run_query
     from dprivacy.service.plan import parse_plan
     from dprivacy.service.sources import Owner
@@ -157,7 +126,7 @@ class LaneWorker:
         self._start()
 
     def _start(self) -> None:
-        ctx = _context()
+        ctx = context()
         mine, theirs = ctx.Pipe()
         p = ctx.Process(target=_worker_main, args=(self.cfg, self.analyst, theirs, self.nice),
                         name=f"dp-worker-{self.analyst}", daemon=True)
@@ -173,16 +142,10 @@ class LaneWorker:
     def wait_ready(self, until: float) -> bool:
         """Wait (until ``time.monotonic()`` reaches ``until``) for the worker to have opened its
         sources. Raises ConfigError if it could not."""
-        while not self.ready:
-            left = until - time.monotonic()
-            if left <= 0 or not self.conn.poll(left):
-                return False
-            msg = self.conn.recv()
-            if msg[0] == "failed":
-                raise ConfigError(f"the worker of analyst {self.analyst!r} could not open its "
-                                  f"sources: {msg[1]}")
-            self.ready = msg[0] == "ready"
-        return True
+        if not self.ready:
+            self.ready = wait_ready(self.conn, until, f"the worker of analyst {self.analyst!r} "
+                                                      "could not open its sources")
+        return self.ready
 
     def run(self, job: tuple[Any, ...], give_up: float) -> tuple[str, Any] | None:
         """Run ``job`` on the worker; its reply, or None if there was none by ``give_up``

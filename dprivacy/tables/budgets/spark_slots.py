@@ -977,11 +977,28 @@ def _selection_words(asked: Any, base: list[dict[str, Any]], session: Any) -> An
     return words.repartition(parts, F.expr("shiftright(w, 32)"))
 
 
+def _debit_batch(out: str, fname: str, arrays: dict[str, np.ndarray],
+                 out_rows: list[dict[str, Any]], *, payers: int, total: int, records: int,
+                 bottom: int) -> Any:
+    """A charge task's output: its debit blocks ``arrays`` written durably to ``out/fname``
+    (when there are any: ``out_rows`` describes them), and one batch of ``out_rows`` followed by
+    the task's summary row (payers, total cost, records, records of nobody's)."""
+    import pyarrow as pa
+
+    if out_rows:
+        with open(os.path.join(out, fname), "wb") as f:
+            np.savez(f, **arrays)  # type: ignore[arg-type]
+            f.flush()
+            os.fsync(f.fileno())
+    out_rows.append({"file": None, "key": 0, "lo": 0, "hi": 0, "cost": 0, "payers": payers,
+                     "total": total, "records": records, "bottom": bottom})
+    return pa.RecordBatch.from_pylist(out_rows, schema=_schema(_BLOCKS))
+
+
 def _charge_words_task(ctx: dict[str, Any]) -> Any:
     """The charge of a uniform cost over one record per person, from selection words (see
     :func:`_selection_words`); writes the same debit blocks as :func:`_charge_task`."""
     def run(batches: Any) -> Any:
-        import pyarrow as pa
 
         uniform = int(ctx["uniform"])
         ws, bs, ns = [], [], []
@@ -1034,22 +1051,14 @@ def _charge_words_task(ctx: dict[str, Any]) -> Any:
             arrays[f"bits{key}"] = np.packbits(ok)
             out_rows.append({"file": fname, "key": key, "lo": lo, "hi": hi, "cost": uniform,
                              "payers": 0, "total": 0, "records": 0, "bottom": 0})
-        if out_rows:
-            path = os.path.join(ctx["out"], fname)
-            with open(path, "wb") as f:
-                np.savez(f, **arrays)  # type: ignore[arg-type]
-                f.flush()
-                os.fsync(f.fileno())
-        out_rows.append({"file": None, "key": 0, "lo": 0, "hi": 0, "cost": 0, "payers": payers,
-                         "total": payers * uniform, "records": payers, "bottom": bottom})
-        yield pa.RecordBatch.from_pylist(out_rows, schema=_schema(_BLOCKS))
+        yield _debit_batch(ctx["out"], fname, arrays, out_rows, payers=payers,
+                           total=payers * uniform, records=payers, bottom=bottom)
 
     return run
 
 
 def _charge_task(ctx: dict[str, Any]) -> Any:
     def run(batches: Any) -> Any:
-        import pyarrow as pa
 
         uniform = ctx["uniform"]
         ss, cs, ns = [], [], []
@@ -1124,15 +1133,8 @@ def _charge_task(ctx: dict[str, Any]) -> Any:
             out_rows.append({"file": fname, "key": key, "lo": lo, "hi": hi,
                              "cost": -1 if uniform is None else int(uniform), "payers": 0,
                              "total": 0, "records": 0, "bottom": 0})
-        if out_rows:
-            path = os.path.join(ctx["out"], fname)
-            with open(path, "wb") as f:
-                np.savez(f, **arrays)  # type: ignore[arg-type]
-                f.flush()
-                os.fsync(f.fileno())
-        out_rows.append({"file": None, "key": 0, "lo": 0, "hi": 0, "cost": 0, "payers": payers,
-                         "total": total, "records": records, "bottom": bottom})
-        yield pa.RecordBatch.from_pylist(out_rows, schema=_schema(_BLOCKS))
+        yield _debit_batch(ctx["out"], fname, arrays, out_rows, payers=payers, total=total,
+                           records=records, bottom=bottom)
 
     return run
 
