@@ -22,6 +22,14 @@ def _store(path, n=1000, budget=10**9, process=False):
     return s
 
 
+def _replaced(old, path):
+    """Whether ``path`` names another file than ``old`` (the file that was there, held open by
+    the test). Held open, the old file keeps its inode number: a bare number kept and compared
+    later could equal that of a newer file that reuses it once the old one is deleted (ext4
+    hands freed numbers out again), and the test would wrongly see nothing replaced."""
+    return not os.path.samestat(os.fstat(old.fileno()), os.stat(path))
+
+
 def _charge(s, slots, amount=1000, label="q"):
     with s.locked():
         s.charge(np.asarray(slots, np.int64), amount, label)
@@ -64,15 +72,15 @@ def test_records_committed_during_a_background_compaction_are_kept(tmp_path, mon
     _charge(s, range(0, 500))                      # crosses the threshold: compaction starts
     assert started.wait(10)
     size_before = os.path.getsize(path)
-    ino_before = os.stat(path).st_ino
-    for k in range(5):                             # answered while the copy is being written
-        _charge(s, range(100 * k, 100 * k + 300), label=f"during{k}")
-    assert os.stat(path).st_ino == ino_before      # nothing replaced yet: no query waited
-    assert os.path.getsize(path) > size_before
-    release.set()
-    s.wait_for_compaction(30)
-    assert s.compaction_error is None
-    assert os.stat(path).st_ino != ino_before      # the new snapshot is in place
+    with open(path, "rb") as before:
+        for k in range(5):                         # answered while the copy is being written
+            _charge(s, range(100 * k, 100 * k + 300), label=f"during{k}")
+        assert not _replaced(before, path)         # nothing replaced yet: no query waited
+        assert os.path.getsize(path) > size_before
+        release.set()
+        s.wait_for_compaction(30)
+        assert s.compaction_error is None
+        assert _replaced(before, path)             # the new snapshot is in place
     expected = s.remaining.copy()
     s.close()
     reopened = SlotStore(path)
@@ -115,9 +123,9 @@ def test_synchronous_mode_compacts_on_the_query_path(tmp_path):
     path = str(tmp_path / "b.dpb")
     s = _store(path)
     s.background, s.compact_bytes = False, 0
-    ino = os.stat(path).st_ino
-    _charge(s, range(10))
-    assert os.stat(path).st_ino != ino and s._bg is None
+    with open(path, "rb") as before:
+        _charge(s, range(10))
+        assert _replaced(before, path) and s._bg is None
 
 
 def test_a_dead_process_temporary_copy_is_removed_on_open(tmp_path):
@@ -140,10 +148,10 @@ def test_a_starved_background_compaction_does_not_let_the_file_grow(tmp_path, mo
     s.compact_bytes = record                                 # the next charge crosses it
     _charge(s, range(10))
     assert started.wait(10)
-    ino = os.stat(path).st_ino
-    _charge(s, range(10))
-    _charge(s, range(10))                                    # 4 records > 3 x the threshold
-    assert os.stat(path).st_ino != ino                       # compacted on the query's path
+    with open(path, "rb") as before:
+        _charge(s, range(10))
+        _charge(s, range(10))                                # 4 records > 3 x the threshold
+        assert _replaced(before, path)                       # compacted on the query's path
     release.set()
     s.wait_for_compaction(30)
     s.close()
@@ -217,15 +225,15 @@ def test_the_default_builds_the_snapshot_in_a_child_process(tmp_path, monkeypatc
     fresh.close()
     monkeypatch.setattr(os, "replace", replace)
     s.compact_bytes = 1
-    ino = os.stat(path).st_ino
-    _charge(s, range(0, 3000))                     # starts the child
-    for k in range(4):                             # while it imports and builds
-        _charge(s, range(1000 * k, 1000 * k + 1500), label=f"during{k}")
-    s.wait_for_compaction(120)
-    assert s.compaction_error is None
-    assert built and isinstance(built[0], int) and built[0] > 0
-    assert renamed and set(renamed) == {"dprivacy-budget-compaction-commit"}
-    assert os.stat(path).st_ino != ino
+    with open(path, "rb") as before:
+        _charge(s, range(0, 3000))                 # starts the child
+        for k in range(4):                         # while it imports and builds
+            _charge(s, range(1000 * k, 1000 * k + 1500), label=f"during{k}")
+        s.wait_for_compaction(120)
+        assert s.compaction_error is None
+        assert built and isinstance(built[0], int) and built[0] > 0
+        assert renamed and set(renamed) == {"dprivacy-budget-compaction-commit"}
+        assert _replaced(before, path)
     expected = s.remaining.copy()
     s.close()
     with SlotStore(path).locked() as again:
