@@ -10,7 +10,7 @@ import pytest
 from ibis import _
 
 from dprivacy.remote import connect
-from tests.service.conftest import KEYS, SECRET, people
+from tests.service.conftest import KEYS, SECRET, at_once, people
 
 TARGET = {"pid": 999, "age": 50, "name": "target", "eps": 1.0}
 
@@ -61,7 +61,8 @@ def test_same_program_on_neighbouring_datasets(start, neighbour):
     # the default and make the two runs differ for a reason that has nothing to do with the data
     a = start("a", base, query_seconds=0.4)
     b = start("b", people(200, extra=extra), query_seconds=0.4)
-    ra, rb = program(a.url), program(b.url)
+    runs = at_once({"a": lambda: program(a.url), "b": lambda: program(b.url)})
+    ra, rb = runs["a"], runs["b"]
     assert _shape(ra) == _shape(rb)  # same exceptions, same messages, same budgets
     assert ra[11][1] in ("x", "y")
     assert ra[4] == ("public", 0.5) and ra[10] == ("public", 0.4)
@@ -87,7 +88,9 @@ def test_exhausted_record_is_left_out_like_an_absent_one(start):
     c = start("c", people(100, extra=TARGET).assign(
         eps=lambda d: np.where(d.pid == 999, 1e4, 1e4)), query_seconds=0.4)
     probe = (_.pid == 999) | (_.age > 80)
-    xa, xb, xc = (_counts(s.url, n, probe) for s, n in ((a, 40), (b, 40), (c, 20)))
+    got = at_once({"a": lambda: _counts(a.url, 40, probe), "b": lambda: _counts(b.url, 40, probe),
+                   "c": lambda: _counts(c.url, 20, probe)})
+    xa, xb, xc = got["a"], got["b"], got["c"]
     # medians: an answer that overran its deadline on a loaded machine (the default, ~0) cannot
     # move them; the difference of two medians has sd ~0.06 here
     assert abs(np.median(xa) - np.median(xb)) < 0.5  # exhausted == absent

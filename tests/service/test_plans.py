@@ -13,9 +13,11 @@ from ibis import _
 
 from dprivacy.errors import ValidationError
 from dprivacy.remote import connect
+from dprivacy.service.config import load_config
 from dprivacy.service.exprcodec import WIRE_OPS, check_cost, decode, encode
 from dprivacy.service.plan import json_depth
-from tests.service.conftest import KEYS
+from dprivacy.service.serve import ServiceThread
+from tests.service.conftest import KEYS, people, write_service
 
 PUBLIC = ibis.table({"age": "int64", "name": "string", "tags": "array<string>"}, name="records")
 
@@ -94,9 +96,21 @@ def _people_budgets(srv):
     return srv.runner.owner.budgets["people"].remaining(np.arange(200))
 
 
+@pytest.fixture(scope="module")
+def refusing(tmp_path_factory):
+    """One service for the refusals below (it used to be one per plan: 22 service starts). Each
+    test checks that its plan was refused with nothing charged, from the budgets it reads before
+    (people) and against the untouched initial budget (visits, 1.0): a plan that did charge
+    fails its own test, and the absolute check makes the later ones fail too, never pass."""
+    srv = ServiceThread(load_config(write_service(tmp_path_factory.mktemp("plans") / "svc",
+                                                  people(), query_seconds=0.2)))
+    yield srv
+    srv.stop()
+
+
 @pytest.mark.parametrize("name, body", BAD, ids=[b[0] for b in BAD])
-def test_malformed_plans_are_refused_before_any_charge(start, name, body):
-    srv = start(query_seconds=0.2)
+def test_malformed_plans_are_refused_before_any_charge(refusing, name, body):
+    srv = refusing
     before = _people_budgets(srv)
     s = connect(srv.url, key=KEYS["alice"])
     r = httpx.post(srv.url + "/v1/query", content=body,
@@ -110,17 +124,18 @@ def test_malformed_plans_are_refused_before_any_charge(start, name, body):
     assert np.array_equal(_people_budgets(srv), before)
 
 
-def test_unknown_source_is_404(start):
-    srv = start(query_seconds=0.2)
+def test_unknown_source_is_404(refusing):
+    srv = refusing
+    before = _people_budgets(srv)
     for name in ("nope", "../people", "people.parquet"):
         r = httpx.post(srv.url + "/v1/query", json=_query({"source": name, "steps": []}, COUNT),
                        headers={"Authorization": f"Bearer {KEYS['alice']}"})
         assert r.status_code == 404
+    assert np.array_equal(_people_budgets(srv), before)
+    assert connect(srv.url, key=KEYS["alice"]).table("visits").remaining_budget() == 1.0
 
 
 def test_the_same_refusal_whatever_the_data(start):
-    from tests.service.conftest import people
-
     a = start("a", people(50), query_seconds=0.2)
     b = start("b", people(60, extra={"pid": 999, "age": 5, "name": "a" * 5000, "eps": 0.0}),
               query_seconds=0.2)

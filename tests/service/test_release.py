@@ -21,7 +21,7 @@ from dprivacy.errors import (
 )
 from dprivacy.remote import connect
 from dprivacy.tables import ProPerTable, Queryable
-from tests.service.conftest import KEYS
+from tests.service.conftest import KEYS, at_once
 from tests.service.release_fixtures import (
     BETA,
     F,
@@ -199,11 +199,15 @@ def program(url):
 def test_release_on_neighbouring_datasets(service, neighbour):
     target = {"pid": 999, "city": "a", "eps": 5.0 if neighbour == "added" else 0.0}
     worlds = {"base": residents(), "neighbour": residents(extra=[target])}
-    runs = {}
-    for name, df in worlds.items():
+
+    def run(name, df):
         srv = service(name, df, query_seconds=0.5, pinq_budget=1.0)
-        runs[name] = program(srv.url)
-        srv.stop()
+        try:
+            return program(srv.url)
+        finally:
+            srv.stop()
+
+    runs = at_once({name: lambda name=name, df=df: run(name, df) for name, df in worlds.items()})
     a, b = ([k for k, _t in runs[w]] for w in ("base", "neighbour"))
     assert a == b  # same errors, messages, budgets and answer shapes
     assert [k[0] for k in a] == ["answer", "answer", "answer", "budget", "error", "error",
@@ -220,13 +224,19 @@ def test_release_outputs_indistinguishable(service, neighbour):
     by at most one record (exhausted: by none)."""
     target = {"pid": 999, "city": "a", "eps": 5.0 if neighbour == "added" else 0.0}
     _U, _M, W, d = owner_inputs()  # noqa: N806
-    res = {}
-    for name, df in {"base": residents(), "neighbour": residents(extra=[target])}.items():
+
+    def run(name, df):
         srv = service(name, df, query_seconds=1.5)  # no default answer (checked below)
-        p = connect(srv.url, key=KEYS["alice"]).table("people")
-        res[name] = np.concatenate([p.release(W, d)[0::3] for _i in range(5)])
-        assert srv.runner.overruns == 0
-        srv.stop()
+        try:
+            p = connect(srv.url, key=KEYS["alice"]).table("people")
+            out = np.concatenate([p.release(W, d)[0::3] for _i in range(5)])
+            assert srv.runner.overruns == 0
+            return out
+        finally:
+            srv.stop()
+
+    worlds = {"base": residents(), "neighbour": residents(extra=[target])}
+    res = at_once({name: lambda name=name, df=df: run(name, df) for name, df in worlds.items()})
     assert res["base"].mean() > 30 - 4.5 * np.sqrt(2) / BETA / np.sqrt(len(res["base"]))
     shift = res["neighbour"].mean() - res["base"].mean()
     sd = np.sqrt(2) / BETA * np.sqrt(2 / len(res["base"]))
@@ -269,12 +279,20 @@ def test_release_with_a_hostile_key_value(service, city):
     """A record whose key is NULL, outside the universe or huge: the same outcomes, budgets and
     no default answer (it is left out, as a Where would)."""
     target = {"pid": 999, "city": city, "eps": 5.0}
-    runs = []
-    for name, df in {"base": residents(), "target": residents(extra=[target])}.items():
+
+    def run(name, df):
         srv = service(name, df, query_seconds=1.0)
-        runs.append(_release_program(srv.url))
-        assert srv.runner.overruns == 0
-        srv.stop()
+        try:
+            out = _release_program(srv.url)
+            assert srv.runner.overruns == 0
+            return out
+        finally:
+            srv.stop()
+
+    worlds = {"base": residents(), "target": residents(extra=[target])}
+    by_world = at_once({name: lambda name=name, df=df: run(name, df)
+                        for name, df in worlds.items()})
+    runs = [by_world["base"], by_world["target"]]
     assert runs[0] == runs[1]
     assert all(o[0] == "ok" for o in runs[0]), runs[0]
     assert runs[0][1] == ("ok", 0.5) and runs[0][3] == ("ok", 99.5)
