@@ -122,6 +122,16 @@ def test_a_lane_holds_one_query_until_its_deadline():
     assert lanes.admit("a", 10.5, 11.0) == 0.0  # at the deadline, free again
 
 
+def _until_in_flight(srv, analyst: str) -> None:
+    """Wait until the service has admitted a query of ``analyst`` (their lane is taken). The
+    test slept 0.4 s instead: on a loaded machine the first request could arrive after the
+    second, which then was the one admitted and the check failed for a reason of scheduling."""
+    t0 = time.monotonic()
+    while srv.runner.lanes.busy_for(analyst, time.monotonic()) <= 0:
+        assert time.monotonic() - t0 < 30, "the first query never arrived"
+        time.sleep(0.005)
+
+
 def test_a_second_query_in_flight_is_refused_at_once_and_charges_nothing(start):
     srv = start(query_seconds=1.5)
     h = {"Authorization": f"Bearer {KEYS['alice']}"}
@@ -134,7 +144,7 @@ def test_a_second_query_in_flight_is_refused_at_once_and_charges_nothing(start):
 
     th = threading.Thread(target=first)
     th.start()
-    time.sleep(0.4)
+    _until_in_flight(srv, "alice")
     t0 = time.perf_counter()
     second = httpx.post(srv.url + "/v1/query", headers=h, json=body, timeout=30)
     dt = time.perf_counter() - t0
@@ -153,7 +163,7 @@ def test_a_second_query_in_flight_is_refused_at_once_and_charges_nothing(start):
             s.table("visits").noisy_count(0.1)
         th = threading.Thread(target=again)
         th.start()
-        time.sleep(0.4)
+        _until_in_flight(srv, "alice")
         try:
             s.table("visits").noisy_count(0.1)
         finally:
