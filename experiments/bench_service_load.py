@@ -32,8 +32,10 @@ service's memory: the peak proportional set size (PSS) of its process tree (the 
 fork server, the workers and the deciders), sampled every 5 s.
 
 The service runs each analyst's queries in a worker process of their own, 5 nice steps below
-the service process; the costs are calibrated here on one DuckDB thread (as a worker runs them)
-and configured with a margin of 3. Run under ``nice`` the server (a child) is niced too: on a
+the service process; the costs are calibrated here on one DuckDB thread with a worker's memory
+limit and the ProPer budgets in a durable store (as a worker runs them), and the budget store's
+commit and catch-up on a store of ``--rows`` people (the allowance for the other analysts'
+charges), and configured with a margin of 3. Run under ``nice`` the server (a child) is niced too: on a
 busy machine its wake-ups at the deadlines are then delayed by the scheduler, which the lateness
 includes, and its workers get less than their share.
 
@@ -150,9 +152,16 @@ class Server:
         text = self.log.read_text() if self.log.exists() else ""
         return text.count("overran its deadline") + text.count("answered by the default")
 
+    def restarting(self) -> int:
+        """Queries answered by their default because their worker was still restarting after
+        an overrun (its log)."""
+        text = self.log.read_text() if self.log.exists() else ""
+        return text.count("was still starting")
+
 
 def write_config(work: Path, rows: int, analysts: list[str], query_seconds: float,
-                 row_seconds: float | None, max_work_rows: int | None) -> dict[str, str]:
+                 row_seconds: float | None, max_work_rows: int | None,
+                 store_seconds: float | None = None) -> dict[str, str]:
     """The service's TOML (and one key per analyst; returns name -> key)."""
     from dprivacy.service import new_key
 
@@ -168,6 +177,8 @@ def write_config(work: Path, rows: int, analysts: list[str], query_seconds: floa
         svc += [f"max_rows = {rows}", f"max_work_rows = {max_work_rows or 6 * rows}"]
         if row_seconds is not None:
             svc.append(f"row_seconds = {row_seconds}")
+    if store_seconds is not None and _has("store_seconds"):
+        svc.append(f"store_seconds = {store_seconds}")
     src_rows = f"max_rows = {rows}\n" if bound else ""
     (work / "service.toml").write_text(f"""
 [service]
@@ -468,7 +479,7 @@ def run_phase(load: Load, phase: str, analysts: list[str], duration: float, floo
     threads = [threading.Thread(target=load.analyst, args=(a, phase)) for a in analysts]
     if flood:
         threads.append(threading.Thread(target=load.flooder, args=(analysts[0], phase, flood)))
-    over0 = load.server.overruns()
+    over0, rest0 = load.server.overruns(), load.server.restarting()
     for t in threads:
         t.start()
     info: dict[str, Any] = {}
@@ -486,6 +497,7 @@ def run_phase(load: Load, phase: str, analysts: list[str], duration: float, floo
     for t in threads:
         t.join()
     info["overruns"] = load.server.overruns() - over0
+    info["defaults_while_restarting"] = load.server.restarting() - rest0
     return info
 
 
@@ -675,17 +687,25 @@ def _markdown(table: pd.DataFrame, fmt: str) -> str:
 
 def calibrate(work: Path, rows: int, eps: float) -> dict[str, float]:
     """In-process seconds of each kind (median of 3, after one warm-up) on the data, on one
-    engine thread (the service's workers run one each)."""
+    engine thread with a worker's memory limit (the service's workers run one each), the
+    ProPer budgets in a durable budget store (as the workers')."""
     import ibis
     from ibis import _
 
     import dprivacy as dp
     from dprivacy.tables import ProPerTable, Queryable
 
-    con = ibis.duckdb.connect(threads=1)  # one CPU: as one analyst's worker runs it
+    try:  # one CPU and the worker's memory limit: as one analyst's worker runs it
+        from dprivacy.service.sources import WORKER_MEMORY
+        con = ibis.duckdb.connect(threads=1, memory_limit=WORKER_MEMORY)
+    except ImportError:
+        con = ibis.duckdb.connect(threads=1)
     view = con.read_parquet(str(work / "people.parquet"))
     q = Queryable(view, 1e12, backend="duckdb")
-    p = ProPerTable(view, 1e12, id_column="pid", backend="duckdb")
+    # the personal budgets in a durable store, as the service's workers charge them
+    from dprivacy.tables.budgets.budget_table import BudgetTable
+    p = ProPerTable(view, 1e12, ledger=BudgetTable(work / "calibration-budgets"),
+                    id_column="pid", backend="duckdb")
     U = dp.Universe.from_dataframe(pd.DataFrame({"age": np.arange(90)}), ["age"])  # noqa: N806
     M, W = dp.metrics.Discrete(1.0), dp.Workload(np.eye(90))  # noqa: N806
     design = dp.Design(w=np.ones(90), beta=np.full(90, 0.5))
@@ -742,9 +762,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         worst = max(secs.values())
         cfg = work / "service.toml"
         # the declared capacity: the largest plan sent (its static work bound), and the cost
-        # of a row of work: 3x the largest measured cost per bound row (configured, so that
-        # the deadlines computed here are the service's)
-        write_config(work, args.rows, analysts, 1.0, None, 10**12)
+        # of a row of work: 3x the largest measured cost per bound row; the budget store's
+        # cost per person of a commit and a catch-up: 3x the measured one on a store of as
+        # many people (configured, so that the deadlines computed here are the service's)
+        store_s = None
+        try:
+            from dprivacy.service.calibrate import measure_store
+
+            store_s = 3 * measure_store(people=args.rows)
+            print(f"budget store: {store_s / 3:.3g} s per person of a commit and catch-up "
+                  f"(measured)", flush=True)
+        except ImportError:
+            pass
+        write_config(work, args.rows, analysts, 1.0, None, 10**12, store_s)
         body = bodies(cfg, args.eps)
         bounds = work_rows(cfg, body)
         if bounds is not None:
@@ -752,7 +782,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             row_s = args.row_seconds or 3 * max(secs[k] / bounds[k] for k in KINDS)
             cap = max(bounds.values())
             while True:  # the smallest capacity (doubling) that admits every plan sent
-                write_config(work, args.rows, analysts, qs, row_s, cap)
+                write_config(work, args.rows, analysts, qs, row_s, cap, store_s)
                 try:
                     work_rows(cfg, body)
                     break
@@ -764,7 +794,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         else:  # no work bound: one thread serves everyone, a query may wait for all others'
             qs = args.query_seconds or round(max(0.5, 3 * worst * (args.analysts + 1)), 2)
             row_s, capacity = None, None
-        keys = write_config(work, args.rows, analysts, qs, row_s, capacity)
+        keys = write_config(work, args.rows, analysts, qs, row_s, capacity, store_s)
         server = Server(cfg, _port(), work / "serve.log", work / "trace.jsonl")
         started = server.start()
         memory = Memory(server)
@@ -800,7 +830,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         df.assign(start=df.start - t_first).to_csv(out / f"{stem}_requests.csv", index=False)
         meta = {"rows": args.rows, "analysts": args.analysts, "duration_s": args.duration,
                 "flood": args.flood, "eps": args.eps, "deadline_rule": rule,
-                "query_seconds": qs, "row_seconds": row_s, "in_process_s": secs,
+                "query_seconds": qs, "row_seconds": row_s, "store_seconds": store_s,
+                "in_process_s": secs,
                 "work_rows": bounds, "max_work_rows": capacity,
                 "deadlines_s": {k: dl[(analysts[0], k)] for k in KINDS},
                 "worker_cpu_fraction": _cpu_fraction(cfg, analysts[0]),

@@ -59,11 +59,12 @@ def enter_child(nice: int) -> None:
 
 def wait_ready(conn: Any, until: float, failed: str) -> bool:
     """Wait (until ``time.monotonic()`` reaches ``until``) for the child at the other end of
-    ``conn`` to say it is ready: True once it has, False if it had not by then. Raises
-    ConfigError (``failed`` followed by the child's reason) if it could not be built."""
+    ``conn`` to say it is ready: True once it has, False if it had not by then (with ``until``
+    already past, whether it has said so: nothing is waited for). Raises ConfigError
+    (``failed`` followed by the child's reason) if it could not be built."""
     while True:
         left = until - time.monotonic()
-        if left <= 0 or not conn.poll(left):
+        if not conn.poll(max(0.0, left)):
             return False
         msg = conn.recv()
         if msg[0] == "failed":

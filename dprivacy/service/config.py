@@ -14,6 +14,8 @@ Example (``service.toml``; paths are relative to the file)::
     max_work_rows = 2000000    # capacity: the most rows one plan may process (its static bound)
     row_seconds = 5e-8         # the engine's calibrated cost of one row of work
     base_seconds = 0.02        # the engine's fixed cost of a query and of each of its steps
+    store_seconds = 2e-8       # a ProPer budget store's cost per person of one commit and of
+                               # another worker's catch-up with it (see workbound)
     calibrate = false          # true: measure both costs at start (x calibrate_factor = 4);
                                # the configured ones are then the least used
     # cpus = 2                 # the CPUs the analysts' workers share (default: the CPUs this
@@ -177,6 +179,7 @@ class ServiceConfig:
     max_work_rows: int = 2_000_000
     row_seconds: float = 5e-8
     base_seconds: float = 0.02
+    store_seconds: float = 2e-8
     calibrate: bool = False
     calibrate_factor: float = 4.0
     cpus: int = field(default_factory=lambda: len(os.sched_getaffinity(0)))
@@ -253,8 +256,8 @@ def parse_config(doc: dict[str, Any], base: Path, default_state: Path) -> Servic
                 "max_plan_steps": int, "max_expr_nodes": int, "max_growth": num,
                 "max_public_rows": int, "max_candidates": int, "max_as_pinq": int,
                 "max_rows": int, "max_work_rows": int, "row_seconds": num,
-                "base_seconds": num, "calibrate": bool, "calibrate_factor": num,
-                "cpus": int}, "[service]")
+                "base_seconds": num, "store_seconds": num, "calibrate": bool,
+                "calibrate_factor": num, "cpus": int}, "[service]")
     default_rows = _positive(svc.get("max_rows", 100_000), "max_rows", integer=True)
     sources: list[SourceConfig] = []
     for i, s in enumerate(doc.get("source", [])):
@@ -374,6 +377,7 @@ def parse_config(doc: dict[str, Any], base: Path, default_state: Path) -> Servic
                                 integer=True),
         row_seconds=_positive(svc.get("row_seconds", 5e-8), "row_seconds"),
         base_seconds=_positive(svc.get("base_seconds", 0.02), "base_seconds"),
+        store_seconds=_positive(svc.get("store_seconds", 2e-8), "store_seconds"),
         calibrate=svc.get("calibrate", False),
         calibrate_factor=_positive(svc.get("calibrate_factor", 4.0), "calibrate_factor"),
         **({"cpus": _positive(svc["cpus"], "cpus", integer=True)} if "cpus" in svc else {}),

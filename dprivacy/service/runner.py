@@ -154,6 +154,7 @@ class Runner:
         self._owner: OwnerHandles | None = None
         self._stall: dict[str, float] = {}
         self.overruns = 0
+        self.restarting = 0  # defaults released while the analyst's worker was restarting
         trace = os.environ.get("DPRIVACY_SERVICE_TRACE")
         self._trace = open(trace, "a", buffering=1) if trace else None  # noqa: SIM115
         until = time.monotonic() + _START_SECONDS
@@ -234,6 +235,7 @@ class Runner:
             loop.call_later(RESTART_DELAY, self._dispatch[analyst].submit, worker.replace)
         if out.default:
             self.overruns += got is None
+            self.restarting += got is not None and got[0] == "starting"
             loop.call_later(_AFTER_RELEASE, _log_default, analyst, got)
         if self._trace is not None:
             loop.call_later(_AFTER_RELEASE, self._write_trace, {
@@ -251,6 +253,9 @@ def _log_default(analyst: str, got: Any) -> None:
     if got is None:
         log.warning("a query overran its deadline in the worker of analyst %r (killed and "
                     "replaced): the default was released", analyst)
+    elif got[0] == "starting":
+        log.warning("the worker of analyst %r was still starting after a restart: the default "
+                    "was released", analyst)
     else:
         log.warning("query failed after its checks (%s: %s): answered by the default",
                     got[0], got[1])

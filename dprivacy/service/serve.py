@@ -5,6 +5,7 @@ background thread (tests, benchmarks, notebooks)."""
 from __future__ import annotations
 
 import argparse
+import gc
 from typing import Any
 
 from dprivacy._serving import BackgroundServer, listening_socket
@@ -46,6 +47,11 @@ def _serve(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config)
     app = create_app(cfg)
+    # everything built so far lives as long as the service: out of the garbage collector, so
+    # that a full collection in the event loop (which releases every analyst's answers) scans
+    # only the objects created since, not the engine's modules (about 0.1 s otherwise)
+    gc.collect()
+    gc.freeze()
     print(f"dprivacy serve: {len(cfg.sources)} source(s), {len(cfg.analysts)} analyst(s), "
           f"state in {cfg.state_dir}, on http://{args.host}:{args.port}", flush=True)
     sock = listening_socket(args.host, args.port)

@@ -37,7 +37,7 @@ from dprivacy.service.releases import ReleaseInputs, open_release
 __all__ = ["Owner", "Shadows", "open_source", "analyst_columns", "public_schema"]
 
 _SHADOW_BUDGET = 1e6
-_WORKER_MEMORY = "1GB"  # DuckDB's buffers in one analyst's worker (it spills beyond)
+WORKER_MEMORY = "1GB"  # DuckDB's buffers in one analyst's worker (it spills beyond)
 _PREPAID = 1e12  # a worker's PINQ tables: the charge was made before the query reached it
 
 
@@ -92,7 +92,7 @@ class Owner:
             self.con = ibis.duckdb.connect()
             self.ledger: Any = Ledger(cfg.state_dir / "pinq.sqlite")
         else:  # one engine thread per worker: its share of the machine is its process's
-            self.con = ibis.duckdb.connect(threads=1, memory_limit=_WORKER_MEMORY)
+            self.con = ibis.duckdb.connect(threads=1, memory_limit=WORKER_MEMORY)
             self.con.raw_sql("SET enable_progress_bar = false")
             self.ledger = None
         mine = [s for s in cfg.sources if analyst is None or any(

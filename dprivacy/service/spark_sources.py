@@ -195,4 +195,4 @@ def measure_spark(session: Any, rows: int = 1_000_000, repeat: int = 3) -> tuple
             store = SparkBudgetTable(f"{tmp}/{name}", session=session)
             return ProPerTable(df, 1e12, ledger=store, id_column="pid", backend="spark")
 
-        return measure_tables(table, rows, repeat)
+        return measure_tables(table, rows, repeat, grouped=False)

@@ -38,10 +38,20 @@ row of work; ``steps`` counts the steps of every table of the plan. Every step c
 (:func:`capacity_seconds`): the one capacity check is on rows, and the cost in seconds of any
 admitted plan is at most ``B``. A query of analyst ``a`` runs alone on the analyst's own worker
 process, which is guaranteed a fraction ``f_a`` of one CPU (:mod:`dprivacy.service.shares`),
-so it is answered ``max(query_seconds, (C + 2 · P) / f_a)`` seconds after it arrived
-(:mod:`dprivacy.service.lanes`), where ``P = body bytes · PARSE_SECONDS_PER_BYTE`` bounds the
-parsing of the request's body (its size is capped and public), done once by the analyst's
-decider and once by the worker.
+so it is answered ``max(query_seconds, (C + 2 · P) / f_a + S / f_min)`` seconds after it
+arrived (:mod:`dprivacy.service.lanes`), where ``P = body bytes · PARSE_SECONDS_PER_BYTE`` bounds
+the parsing of the request's body (its size is capped and public), done once by the analyst's
+decider and once by the worker, and ``S`` is the **budget store's allowance** of a plan that
+charges personal budgets (``f_min``: the smallest fraction of a CPU any analyst's worker is
+guaranteed). The workers of all analysts share each ProPer source's budget store (one file,
+one lock): a charge may wait for the commits of every other analyst's worker (each holds the
+lock only for its own commit, never for engine work), then catches up with the records they
+appended, and reloads the store once if one of them folded its records into a new snapshot.
+None of that depends on the data or on what the other analysts asked, only on how many
+analysts there are and how many people the store can hold (the source's ``max_rows``):
+``S = store_seconds · Σ max_rows · (analysts + RELOAD_COMMITS)`` over the plan's ProPer
+sources, with ``store_seconds`` the calibrated cost per person of one commit and of another
+worker's catch-up with it, and a reload counted as ``RELOAD_COMMITS`` commits.
 
 **Engines.** A plan reads sources of one engine. Sources with ``engine = "spark"`` have Spark's
 own costs and capacity (``[spark]`` ``base_seconds``, ``step_seconds``, ``row_seconds``,
@@ -61,7 +71,11 @@ from dprivacy.service.plan import MAX_TABLES
 from dprivacy.service.shares import cpu_fraction
 
 __all__ = ["WorkBound", "plan_bound", "capacity_seconds", "deadline_seconds", "table_rows",
-           "PARSE_SECONDS_PER_BYTE"]
+           "store_allowance", "PARSE_SECONDS_PER_BYTE", "RELOAD_COMMITS"]
+
+#: A reload of a ProPer budget store (after another worker compacted it) counted in commits
+#: (measured: about 8 at 10^7 people).
+RELOAD_COMMITS = 12
 
 #: The time allowed to parse and check one byte of a request's body (JSON and the plan's
 #: checks run at 20-50 MB/s on one core; 10 MB/s leaves the margin of a loaded machine).
@@ -202,11 +216,24 @@ def capacity_seconds(cfg: ServiceConfig, engine: str | None = None) -> float:
     return base + step * MAX_TABLES * cfg.max_plan_steps + cap * row
 
 
+def store_allowance(cfg: ServiceConfig, sources: set[str]) -> float:
+    """``S``: the most CPU seconds a query over ``sources`` can spend on the ProPer budget
+    stores because of the other analysts' workers (module doc; 0 without a ProPer source on
+    DuckDB). From the configuration only."""
+    people = sum(s.max_rows for s in cfg.sources
+                 if s.name in sources and s.kind == "proper" and s.engine != "spark")
+    return cfg.store_seconds * people * (len(cfg.analysts) + RELOAD_COMMITS)
+
+
 def deadline_seconds(cfg: ServiceConfig, analyst: str, bound: WorkBound, sources: set[str],
                      *, release: bool = False, body_bytes: int = 0) -> float:
-    """Seconds from a query's arrival to its answer: ``max(query_seconds, (C + 2 · P) / f_a)``
-    with ``P = body_bytes · PARSE_SECONDS_PER_BYTE`` (see the module doc; ``query_seconds`` is
-    the largest of the plan's sources')."""
+    """Seconds from a query's arrival to its answer: ``max(query_seconds, (C + 2 · P) / f_a
+    + S / f_min)`` with ``P = body_bytes · PARSE_SECONDS_PER_BYTE`` and ``S`` the budget
+    store's allowance (see the module doc; ``query_seconds`` is the largest of the plan's
+    sources')."""
     floor = cfg.deadline_seconds(sources, release=release)
     parse = 2 * body_bytes * PARSE_SECONDS_PER_BYTE
-    return max(floor, (bound.seconds(cfg) + parse) / cpu_fraction(cfg, analyst))
+    store = store_allowance(cfg, sources)
+    if store:
+        store /= min(cpu_fraction(cfg, a.name) for a in cfg.analysts)
+    return max(floor, (bound.seconds(cfg) + parse) / cpu_fraction(cfg, analyst) + store)

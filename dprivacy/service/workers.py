@@ -17,8 +17,11 @@ takes the answer if it is there at the query's cutoff, just before the deadline
 (:mod:`dprivacy.service.decide`), whatever the data. A worker with no answer shortly after the
 deadline is killed (``SIGKILL``), after the release so that the kill's work cannot move it,
 and a fresh one is started in its place a little later (:meth:`LaneWorker.replace`, scheduled
-by the service); until then the analyst's queries get the default without any worker work
-(:meth:`LaneWorker.run` returns None for them).
+by the service); until it has opened its sources the analyst's queries get the default without
+any worker work (:meth:`LaneWorker.run` sends them nothing): a query handed to a worker still
+starting would overrun and have it killed again. The replacement's start is the analyst's own
+work: it runs at the worker's priority, in place of the killed worker, and no other analyst's
+worker waits for it.
 A charge the killed worker had committed stands (the people's budget stores are crash-safe: a
 record is complete or discarded); an ``as_pinq`` table or a partition it held is rebuilt by the
 next worker, which charges its payers again (more spending, never less).
@@ -150,14 +153,14 @@ class LaneWorker:
     def run(self, job: tuple[Any, ...], give_up: float) -> tuple[str, Any] | None:
         """Run ``job`` on the worker; its reply, or None if there was none by ``give_up``
         (``time.monotonic()``; the worker is then killed at once) or if the worker was killed
-        and not replaced yet (nothing is sent: only :meth:`replace` starts a new one)."""
+        and not replaced yet (nothing is sent: only :meth:`replace` starts a new one), or
+        ``("starting", None)`` if its replacement had not opened its sources when the job came
+        (nothing is sent: a job it could not finish in time would have it killed again)."""
         if self.dead:
             return None
         try:
-            if not self.wait_ready(give_up):  # still starting (after a kill): not sent
-                log.warning("the worker of analyst %r was not ready by the deadline",
-                            self.analyst)
-                return None
+            if not self.wait_ready(time.monotonic()):  # still starting (after a kill)
+                return ("starting", None)
             self.conn.send(job)
             left = give_up - time.monotonic()
             if left > 0 and self.conn.poll(left):

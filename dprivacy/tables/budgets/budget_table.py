@@ -170,13 +170,25 @@ class BudgetTable:
                   label: str | None) -> IbisRelation | None:
         """The where-chain ``rel`` charged from one byte per source row (see
         :mod:`~dprivacy.tables.budgets.row_alignment`); None (nothing charged) if the source
-        changed since it was registered. The engine's chunks are charged as they stream out
-        (the engine computes the next ones meanwhile), and the source's ids are checked in a
-        second thread at the same time; the charge is committed only if they are unchanged."""
+        changed since it was registered. The engine's chunks (one byte per row) are read
+        first, while the source's ids are checked in a second thread, and then charged under
+        the store's lock; the charge is committed only if the ids are unchanged."""
         if not al.engine_keeps_order():
             return None
         unchanged = _started(al.source_unchanged)
-        masks = (_mask_chunk(ch) for ch in rel.engine.column_stream(plan))
+        # the engine's work happens before the store's lock is taken: the lock is held for the
+        # charge and its commit only, so a process sharing the store never waits for another's
+        # query (its length would depend on that query)
+        stream = rel.engine.column_stream(plan)
+        try:
+            masks = [_mask_chunk(ch) for ch in stream]
+        except BaseException:
+            unchanged()  # the check's thread ends too
+            raise
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()  # the engine's statement ends here, whatever happened
         try:
             with self.store.locked() as s:
                 bits, payers, bottom = s.charge_stream(masks, units, label, rows=al.n,
@@ -187,8 +199,7 @@ class BudgetTable:
             self._rows.pop(al.op, None)
             return None
         finally:
-            masks.close()  # the engine's statement ends here even if the charge failed
-            unchanged()  # and so has the check's thread
+            unchanged()  # the check's thread has ended
         return self._kept(rel, ids, bits, payers, bottom)
 
     @staticmethod
