@@ -56,6 +56,7 @@ def test_an_overrun_is_killed_and_the_decision_at_arrival_stands(start):
     while run.workers["alice"].pid == before and time.monotonic() < t_end:
         time.sleep(0.01)  # replaced on the lane's dispatch thread, after the answer
     assert run.workers["alice"].pid != before
+    assert run.overruns == 1 and run.workers["alice"].kills == 1  # never killed again
     assert v.remaining_budget() == pytest.approx(0.5)  # charged at arrival, once
     # over the budget: refused, with or without an overrun, with no charge
     for stall in (5.0, 0.0, None):
@@ -68,6 +69,28 @@ def test_an_overrun_is_killed_and_the_decision_at_arrival_stands(start):
     assert v.remaining_budget() == pytest.approx(0.5)
     assert run.workers["alice"].wait_ready(time.monotonic() + 60)
     assert abs(v.noisy_count(0.1) - 200) < 60  # the new worker answers for real
+
+
+def test_a_worker_still_starting_is_sent_nothing(tmp_path):
+    """A worker that has not opened its sources when a query comes (a replacement after an
+    overrun) is sent nothing: the query gets the default at once, and the worker is neither
+    killed again nor given work it could not finish by the deadline."""
+    from dprivacy.service.plan import PLAN_VERSION
+    from dprivacy.service.workers import LaneWorker
+
+    cfg = load_config(write_service(tmp_path, people(50)))
+    w = LaneWorker(cfg, "alice")
+    try:
+        body = json.dumps({"v": PLAN_VERSION, "table": {"source": "visits", "steps": []},
+                           "query": {"op": "noisy_count", "eps": 0.1}}).encode()
+        assert w.run((0.0, body), time.monotonic() + 30) == ("starting", None)
+        assert w.kills == 0 and not w.dead
+        assert w.wait_ready(time.monotonic() + 60)
+        got = w.run((0.0, body), time.monotonic() + 30)
+        assert got is not None and got[0] == "value" and abs(got[1] - 50) < 100
+        assert w.kills == 0
+    finally:
+        w.close()
 
 
 def test_each_analyst_is_decided_in_a_process_of_their_own(start):

@@ -22,9 +22,11 @@ from dprivacy.service.serve import ServiceThread
 from dprivacy.service.shares import cpu_fraction, nice_weight, worker_nice
 from dprivacy.service.sources import Owner
 from dprivacy.service.workbound import (
+    RELOAD_COMMITS,
     capacity_seconds,
     deadline_seconds,
     plan_bound,
+    store_allowance,
     table_rows,
 )
 from tests.service.conftest import KEYS, people, write_service
@@ -162,7 +164,8 @@ def test_the_deadline_follows_from_the_bound(start):
         b = plan_bound(t.plan, COUNT, cfg)
         want = deadline_seconds(cfg, "alice", b, {t.plan["source"]})
         assert b.seconds(cfg) <= capacity_seconds(cfg)
-        assert want == pytest.approx(max(0.5, b.seconds(cfg) / f))
+        store = store_allowance(cfg, {t.plan["source"]})
+        assert want == pytest.approx(max(0.5, b.seconds(cfg) / f + store / f))
         wants.append(want)
         t0 = time.perf_counter()
         t.noisy_count(0.1)
@@ -170,6 +173,34 @@ def test_the_deadline_follows_from_the_bound(start):
         assert want <= dt < want + 0.5, (want, dt)
     assert wants[0] == 0.5 and wants[1] > 0.55  # the floor, then the bound's deadline
     assert srv.runner.overruns == 0
+
+
+def test_the_budget_store_allowance_follows_from_the_configuration(tmp_path):
+    """A plan that charges personal budgets gets the budget store's allowance for the other
+    analysts' commits (store_seconds per person, up to max_rows people, analysts +
+    RELOAD_COMMITS commits), divided by the smallest guaranteed CPU fraction; a PINQ plan
+    none. It depends on the configuration only: never on the data or on other requests."""
+    cfg = _cfg(tmp_path, CAPS + "\nstore_seconds = 1e-4\nrow_seconds = 1e-9\ncpus = 1")
+    assert cfg.store_seconds == 1e-4
+    want = 1e-4 * 300 * (2 + RELOAD_COMMITS)
+    assert store_allowance(cfg, {"people"}) == pytest.approx(want)
+    assert store_allowance(cfg, {"visits"}) == 0.0
+    f = min(cpu_fraction(cfg, a) for a in ("alice", "bob"))
+    pro = plan_bound({"source": "people", "steps": []}, COUNT, cfg)
+    pin = plan_bound({"source": "visits", "steps": []}, COUNT, cfg)
+    assert deadline_seconds(cfg, "alice", pro, {"people"}) == pytest.approx(
+        max(0.25, pro.seconds(cfg) / cpu_fraction(cfg, "alice") + want / f))
+    assert deadline_seconds(cfg, "alice", pin, {"visits"}) == pytest.approx(
+        max(0.25, pin.seconds(cfg) / cpu_fraction(cfg, "alice")))
+    # one more analyst: one more commit to wait for, and a smaller share each
+    text = write_service(tmp_path / "three", people(200), service=CAPS + "\nstore_seconds = "
+                         "1e-4\ncpus = 1").read_text()
+    path = tmp_path / "three" / "service.toml"
+    path.write_text(text + '\n[[analyst]]\nname = "carol"\nkey_sha256 = "' + "0" * 64 + '"\n')
+    three = load_config(path)
+    assert store_allowance(three, {"people"}) == pytest.approx(1e-4 * 300 * (3 + RELOAD_COMMITS))
+    with pytest.raises(ConfigError, match="store_seconds"):
+        _cfg(tmp_path / "bad", CAPS + "\nstore_seconds = 0")
 
 
 def test_the_budget_column_is_not_in_the_analysts_schema(start):
@@ -214,17 +245,20 @@ def test_shares_split_the_engine(tmp_path):
 def test_calibration_at_start_measures_the_engine(tmp_path):
     """calibrate = true: the costs are measured on synthetic records at start and used (at
     least the configured ones); the deadlines follow the measured costs."""
-    from dprivacy.service.calibrate import measure
+    from dprivacy.service.calibrate import measure, measure_store
 
     base, per_row = measure(rows=20_000, repeat=3)
     assert 0 < base < 5 and 0 < per_row < 1e-3
+    per_person = measure_store(people=20_000, repeat=3)
+    assert 0 < per_person < 1e-3
     cfg = load_config(write_service(tmp_path, people(50), service="calibrate = true\n"
                                     "calibrate_factor = 2\nbase_seconds = 0.001\n"
-                                    "row_seconds = 1e-9"))
+                                    "row_seconds = 1e-9\nstore_seconds = 1e-12"))
     srv = ServiceThread(cfg)
     try:
         got = srv.runner.cfg
         assert got.base_seconds > 0.001 and got.row_seconds > 1e-9
+        assert got.store_seconds > 1e-12  # the budget store's commit, measured
         s = connect(srv.url, key=KEYS["alice"])
         assert abs(s.table("visits").noisy_count(1.0) - 50) < 30
     finally:

@@ -115,3 +115,47 @@ def test_an_engine_that_may_reorder_rows_takes_the_general_path(row_calls):
         eng.execute("SET preserve_insertion_order = true")
     assert row_calls == []
     assert list(budgets.remaining(np.arange(10))) == [1.0] * 4 + [0.5] * 6
+
+
+def test_the_store_lock_is_free_while_the_engine_works(tmp_path, row_calls, monkeypatch):
+    """The budget store's file lock (shared by every process charging the store) is taken for
+    the charge and its commit only: while the engine produces a query's chunks another process
+    could take it, so no process waits for another one's engine work."""
+    import fcntl
+    import os
+
+    from dprivacy.tables.relations.engine.backends import DuckEngine, Engine
+
+    n = 3000
+    rng = np.random.default_rng(5)
+    df = pd.DataFrame({"pid": np.arange(n, dtype=np.int64), "x": rng.random(n)})
+    path = tmp_path / "l.dpb"
+    budgets = BudgetTable(path)
+    p = ProPerTable(df, 10.0, id_column="pid", ledger=budgets, backend="duckdb")
+    free: list[bool] = []
+
+    def lock_is_free() -> bool:
+        fd = os.open(str(path) + ".lock", os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return True
+        except BlockingIOError:
+            return False
+        finally:
+            os.close(fd)
+
+    def spied(orig):
+        def gen(self, expr):
+            for ch in orig(self, expr):
+                free.append(lock_is_free())
+                yield ch
+        return gen
+
+    monkeypatch.setattr(DuckEngine, "column_stream", spied(DuckEngine.column_stream))
+    monkeypatch.setattr(Engine, "column_chunks", spied(Engine.column_chunks))
+    assert budgets.pay(p.where(_.x > 0.5)._rel, 0.5).count() == int((df.x > 0.5).sum())
+    assert len(row_calls) > 0  # the row-aligned path
+    p.noisy_count(0.5)  # the general unique path
+    assert len(free) >= 2 and all(free)
+    assert len(budgets.queries()) == 2
