@@ -34,7 +34,9 @@ cannot delay another analyst's release.
 Admitted work cannot exceed its bound and the worker runs one query at a time with its
 guaranteed share of the CPUs, so the real answer is there by the deadline as long as the
 calibrated costs hold. A worker that runs past its cutoff anyway (a machine slower than the
-owner measured) is counted in ``Runner.overruns`` and logged for the owner.
+owner measured) is counted in ``Runner.overruns`` and logged for the owner; a query that came
+while its analyst's worker was still restarting after an overrun (it is sent nothing, and its
+default is released) in ``Runner.restarting``.
 
 Set the environment variable ``DPRIVACY_SERVICE_TRACE`` to a file name to have the service
 append one JSON line per answered query (analyst, arrival, cutoff, deadline and release on the
