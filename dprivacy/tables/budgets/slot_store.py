@@ -412,17 +412,9 @@ class SlotStore:
                         os.unlink(tmp)  # the store was replaced meanwhile: this copy is stale
                         return
                     _copy_range(src, copied, self._off, tmp)
-                    new = open(tmp, "rb")
-                    try:
-                        os.replace(tmp, self.path)
-                    except BaseException:
-                        new.close()
-                        raise
-                    self._hold(new)
-                    _fsync_dir(self.path)
+                    ino_new = self._install(tmp)
                     tail = self._off - off
-                    self._ino, self._off, self._log_bytes = (os.fstat(new.fileno()).st_ino,
-                                                             size + tail, tail)
+                    self._ino, self._off, self._log_bytes = ino_new, size + tail, tail
         except BaseException as exc:  # the old file is complete: compaction can wait
             self.compaction_error = exc
             if os.path.exists(tmp):
@@ -503,15 +495,7 @@ class SlotStore:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        new = open(tmp, "rb")
-        try:
-            os.replace(tmp, self.path)
-        except BaseException:
-            new.close()
-            raise
-        self._hold(new)
-        _fsync_dir(self.path)
-        self._ino, self._off, self._log_bytes = os.fstat(new.fileno()).st_ino, len(data), 0
+        self._ino, self._off, self._log_bytes = self._install(tmp), len(data), 0
 
     def _load(self) -> None:
         assert self.path is not None
@@ -567,6 +551,20 @@ class SlotStore:
         if next_query is not None:
             self.next_query = next_query
         return pos
+
+    def _install(self, tmp: str) -> int:
+        """Rename the complete, synced file ``tmp`` over the store's and hold it open (see
+        :meth:`_hold`); its inode number. Inside :meth:`locked`."""
+        assert self.path is not None
+        new = open(tmp, "rb")
+        try:
+            os.replace(tmp, self.path)
+        except BaseException:
+            new.close()
+            raise
+        self._hold(new)
+        _fsync_dir(self.path)
+        return os.fstat(new.fileno()).st_ino
 
     def _hold(self, f: IO[bytes] | None) -> None:
         """Keep ``f``, the store's current file, open (closing the one held before): while a
