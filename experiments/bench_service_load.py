@@ -14,7 +14,9 @@ cycle, in a seeded random order, through five queries:
 Phase ``steady`` runs them for ``--duration`` seconds. Phase ``flood`` runs them again while
 analyst a0 also sends ``--flood`` times its share: a request every deadline/flood seconds,
 whatever the answers (open loop), from a process of its own (so that its threads do not slow
-the other analysts' clients). Halfway through the flood the server is killed with SIGKILL and
+the other analysts' clients), started with its imports done before the phase begins; every
+analyst's HTTP client is built and connected before the phase too, so that no client's set-up
+is counted in a request's time. Halfway through the flood the server is killed with SIGKILL and
 restarted on the same state; requests in flight then fail on the client's side.
 
 Reported per phase and analyst: answers, how many look real (a count above rows/4: the default
@@ -27,7 +29,11 @@ warm-up), and the ProPer store's committed queries against the ProPer answers. T
 ``dprivacy budgets`` output is appended to the report. Where the lateness comes from: the
 service writes its own arrival stamp, deadline and release time of every query
 (``DPRIVACY_SERVICE_TRACE``), and each answer's lateness is split into the client's send to the
-arrival stamp, the service's release after its deadline and the response's delivery. The
+arrival stamp (itself split into ``client``: until the client begins to write the request's
+bytes, and ``wire``: from there to the arrival stamp, the kernel and the service's event loop),
+the service's release after its deadline and the response's delivery (every answer's parts in
+``_stages.csv``). The CPU seconds the benchmark's own clients use in each phase (this
+process's analysts and memory sampler, the flooder's process) are reported with the phase. The
 service's memory: the peak proportional set size (PSS) of its process tree (the service, its
 fork server, the workers and the deciders), sampled every 5 s.
 
@@ -41,13 +47,15 @@ includes, and its workers get less than their share.
 
 Run ``python -m experiments.bench_service_load`` (8 analysts, 10^7 rows, 600 s per phase) or
 with ``--rows 1000000 --duration 60``; ``--quick`` is a few seconds on 2000 rows (the test).
-Writes ``<results>/bench_service_load[_quick].csv``, ``.md`` and ``_requests.csv`` (every
-request: phase, analyst, kind, status, start and response seconds, deadline).
+Writes ``<results>/bench_service_load[_quick].csv``, ``.md``, ``_requests.csv`` (every
+request: phase, analyst, kind, status, start, sent and response seconds, deadline) and
+``_stages.csv``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -303,6 +311,7 @@ class Load:
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.killed_at = float("inf")  # time.monotonic() of the kill
+        self.flooder_cpu_s = float("nan")
         self.seed = seed
 
     def one(self, client: Any, analyst: str, kind: str, phase: str, role: str
@@ -310,7 +319,14 @@ class Load:
         """Send one request and record it; (HTTP status or -1, Retry-After seconds)."""
         import httpx
 
-        req = client.build_request("POST", "/v1/query", content=self.body[kind])
+        sent: list[float] = []
+
+        def trace(event: str, info: Any) -> None:  # the moment its bytes start to be written
+            if event == "http11.send_request_headers.started":
+                sent.append(time.monotonic())
+
+        req = client.build_request("POST", "/v1/query", content=self.body[kind],
+                                   extensions={"trace": trace})
         t0 = time.monotonic()  # the request is built: its sending starts now
         status, value, retry = -1, None, 0.0
         try:
@@ -326,16 +342,19 @@ class Load:
         except httpx.HTTPError:
             status = -1
         took = time.monotonic() - t0
-        self.record(t0, took, status, value, analyst, kind, phase, role)
+        self.record(t0, took, status, value, analyst, kind, phase, role,
+                    sent[0] if sent else float("nan"))
         return status, retry
 
-    def analyst(self, analyst: str, phase: str) -> None:
-        import httpx
+    def client(self, analyst: str) -> Any:
+        """The analyst's HTTP client, its connection opened (a health check): built before a
+        phase starts, so that no client's set-up (its TLS defaults, its first connection) is
+        counted in a request's time."""
+        return _connected_client(self.server.url, self.keys[analyst])
 
+    def analyst(self, analyst: str, phase: str, client: Any) -> None:
         rng = random.Random(f"{self.seed}-{analyst}-{phase}")
-        with httpx.Client(base_url=self.server.url, timeout=600,
-                          headers={"Authorization": f"Bearer {self.keys[analyst]}",
-                                   "Content-Type": "application/json"}) as client:
+        with contextlib.closing(client):
             order = list(KINDS)
             while not self.stop.is_set():
                 rng.shuffle(order)
@@ -348,32 +367,44 @@ class Load:
                     elif st in (429, 503):  # its lane is taken (by the flood): as told
                         time.sleep(min(max(retry, 0.01), 10.0))
 
-    def flooder(self, analyst: str, phase: str, factor: int) -> None:
+    def flooder(self, analyst: str, phase: str, factor: int) -> Any:
         """The flooding analyst, in a process of its own (its many threads must not slow the
-        other analysts' clients in this one): open loop, a request every deadline/factor."""
+        other analysts' clients in this one): open loop, a request every deadline/factor.
+        The process is started (and its imports done) now, before the phase; it sends from
+        ``go()`` until the phase stops (run that in a thread)."""
         import multiprocessing as mp
 
         period = min(self.dl[(analyst, k)] for k in KINDS) / factor
         ctx = mp.get_context("spawn")
         out = ctx.Queue()
-        stop = ctx.Event()
+        stop, ready, start = ctx.Event(), ctx.Event(), ctx.Event()
         p = ctx.Process(target=_flood_process, args=(
             self.server.url, self.keys[analyst], self.body, period, 4 * factor,
-            f"{self.seed}-flood", stop, out), daemon=True)
+            f"{self.seed}-flood", stop, out, ready, start), daemon=True)
         p.start()
-        self.stop.wait()
-        stop.set()
-        recs = out.get(timeout=900)
-        p.join(timeout=60)
-        for r in recs:
-            self.record(r["start"], r["seconds"], r["status"], r["value"], analyst, r["kind"],
-                        phase, "flood")
+        if not ready.wait(300):
+            raise RuntimeError("the flooding process did not start")
+
+        def go() -> None:
+            start.set()
+            self.stop.wait()
+            stop.set()
+            recs, cpu = out.get(timeout=900)
+            p.join(timeout=60)
+            self.flooder_cpu_s = cpu
+            for r in recs:
+                self.record(r["start"], r["seconds"], r["status"], r["value"], analyst,
+                            r["kind"], phase, "flood")
+
+        return go
 
     def record(self, t0: float, took: float, status: int, value: Any, analyst: str, kind: str,
-               phase: str, role: str) -> None:
-        """Record one request (times on the system-wide monotonic clock)."""
+               phase: str, role: str, sent: float = float("nan")) -> None:
+        """Record one request (times on the system-wide monotonic clock; ``sent``: when the
+        client began to write its bytes to the socket)."""
         rec = {"phase": phase, "analyst": analyst, "role": role, "kind": kind,
-               "status": status, "start": t0, "seconds": took, "deadline": self.dl[(analyst, kind)],
+               "status": status, "start": t0, "sent": sent, "seconds": took,
+               "deadline": self.dl[(analyst, kind)],
                "real": _real(kind, value, self.rows) if status == 200 else None,
                # a request that failed: in flight at the kill, or sent while the server was down
                "at_kill": status == -1 and t0 < self.killed_at <= t0 + took + 0.05,
@@ -382,26 +413,44 @@ class Load:
             self.records.append(rec)
 
 
-def _flood_process(url: str, key: str, body: dict[str, bytes], period: float, threads: int,
-                   seed: str, stop: Any, out: Any) -> None:
-    """The flooder's process: sends a random kind every ``period`` seconds from a pool of
-    ``threads`` until ``stop``; puts its records on ``out``."""
+def _connected_client(url: str, key: str, connections: int = 1) -> Any:
+    """An HTTP client for the analyst with ``key``, its connection opened (a health check)."""
     import httpx
 
+    c = httpx.Client(base_url=url, timeout=600, limits=httpx.Limits(
+        max_connections=connections, max_keepalive_connections=connections),
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+    try:
+        c.get("/v1/health")
+    except httpx.HTTPError:
+        pass
+    return c
+
+
+def _flood_process(url: str, key: str, body: dict[str, bytes], period: float, threads: int,
+                   seed: str, stop: Any, out: Any, ready: Any, start: Any) -> None:
+    """The flooder's process: once ``start`` is set, sends a random kind every ``period``
+    seconds from a pool of ``threads`` until ``stop``; puts its records and the CPU seconds it
+    used on ``out``."""
+    import resource
+
+    import httpx
+
+    client = _connected_client(url, key, threads)  # one client (a pool) for every thread
+    ready.set()
+    start.wait()
+    cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+
     rng = random.Random(seed)
-    local = threading.local()
     recs: list[dict[str, Any]] = []
     lock = threading.Lock()
 
     def send(kind: str) -> None:
-        if not hasattr(local, "client"):
-            local.client = httpx.Client(base_url=url, timeout=600, headers={
-                "Authorization": f"Bearer {key}", "Content-Type": "application/json"})
-        req = local.client.build_request("POST", "/v1/query", content=body[kind])
+        req = client.build_request("POST", "/v1/query", content=body[kind])
         t0 = time.monotonic()
         status, value = -1, None
         try:
-            r = local.client.send(req)
+            r = client.send(req)
             status = r.status_code
             if status == 200:
                 value = r.json()["value"]
@@ -417,7 +466,9 @@ def _flood_process(url: str, key: str, body: dict[str, bytes], period: float, th
             pool.submit(send, rng.choice(KINDS))
             nxt += period
             time.sleep(max(0.0, nxt - time.monotonic()))
-    out.put(recs)
+    client.close()
+    cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+    out.put((recs, cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime))
 
 
 def _real(kind: str, value: Any, rows: int) -> bool:
@@ -475,11 +526,15 @@ def warm_up(load: Load, ledger: Path, analysts: list[str]) -> dict[str, float]:
 
 def run_phase(load: Load, phase: str, analysts: list[str], duration: float, flood: int,
               kill_at: float | None) -> dict[str, Any]:
+    import resource
+
     load.stop.clear()
-    threads = [threading.Thread(target=load.analyst, args=(a, phase)) for a in analysts]
-    if flood:
-        threads.append(threading.Thread(target=load.flooder, args=(analysts[0], phase, flood)))
+    threads = [threading.Thread(target=load.analyst, args=(a, phase, load.client(a)))
+               for a in analysts]
+    if flood:  # its process started (and its imports done) before the phase
+        threads.append(threading.Thread(target=load.flooder(analysts[0], phase, flood)))
     over0, rest0 = load.server.overruns(), load.server.restarting()
+    cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     for t in threads:
         t.start()
     info: dict[str, Any] = {}
@@ -496,6 +551,13 @@ def run_phase(load: Load, phase: str, analysts: list[str], duration: float, floo
     load.stop.set()
     for t in threads:
         t.join()
+    cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+    # the benchmark's own CPU: the analysts' clients (and the memory sampler) in this process,
+    # the flooder's process
+    info["clients_cpu_s"] = round(cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime
+                                  - cpu0.ru_stime, 2)
+    if flood:
+        info["flooder_cpu_s"] = round(load.flooder_cpu_s, 2)
     info["overruns"] = load.server.overruns() - over0
     info["defaults_while_restarting"] = load.server.restarting() - rest0
     return info
@@ -625,17 +687,17 @@ class Memory(threading.Thread):
                     self.peak_gb, self.procs = gb, n
 
 
-def stages(trace: Path, df: pd.DataFrame) -> pd.DataFrame:
+def stages(trace: Path, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Where the lateness comes from, per phase, for the analysts other than a0: each answered
     request matched to the service's own record of it (``DPRIVACY_SERVICE_TRACE``), lateness =
     ``arrival`` (client's send to the service's arrival stamp) + ``deadline_diff`` (the
     service's deadline minus the one computed here) + ``release`` (the service's release minus
     its deadline) + ``delivery`` (release to the client's receipt), in ms."""
     if not trace.exists():
-        return pd.DataFrame()
+        return pd.DataFrame(), pd.DataFrame()
     tr = pd.DataFrame([json.loads(x) for x in trace.read_text().splitlines() if x.strip()])
     if tr.empty:
-        return pd.DataFrame()
+        return pd.DataFrame(), pd.DataFrame()
     tr = tr[~tr.refused]
     ok = df[df.status == 200].copy()
     ok["end"] = ok.start + ok.seconds
@@ -645,21 +707,23 @@ def stages(trace: Path, df: pd.DataFrame) -> pd.DataFrame:
         if not len(c):
             continue
         r = c.loc[c.start.idxmax()]
-        rows.append({"phase": r.phase, "analyst": r.analyst, "kind": r.kind,
+        rows.append({"phase": r.phase, "analyst": r.analyst, "kind": r.kind, "start": r.start,
                      "late": r.seconds - r.deadline, "arrival": rec.arrived - r.start,
+                     "client": r.sent - r.start, "wire": rec.arrived - r.sent,
                      "deadline_diff": (rec.deadline - rec.arrived) - r.deadline,
                      "release": rec.released - rec.deadline, "delivery": r.end - rec.released})
     m = pd.DataFrame(rows)
     out = []
     for phase in ("steady", "flood"):
         g = m[(m.phase == phase) & (m.analyst != "a0")] if len(m) else m
-        for comp in ("late", "arrival", "deadline_diff", "release", "delivery"):
+        for comp in ("late", "arrival", "client", "wire", "deadline_diff", "release",
+                     "delivery"):
             if len(g):
                 v = 1e3 * g[comp].to_numpy()
                 out.append({"phase": phase, "component": comp, "n": len(v),
                             "median_ms": float(np.median(v)),
                             "p99_ms": float(np.quantile(v, 0.99)), "max_ms": float(v.max())})
-    return pd.DataFrame(out)
+    return pd.DataFrame(out), m
 
 
 def _cpu_fraction(cfg_path: Path, analyst: str) -> float | None:
@@ -817,7 +881,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         server.stop()
         df = pd.DataFrame(load.records)
         summary = summarise(df)
-        parts = stages(work / "trace.jsonl", df)
+        parts, per_request = stages(work / "trace.jsonl", df)
         aud = audit(work, df, cost, analysts, sum(i["overruns"] for i in infos.values()))
         owner = subprocess.run([sys.executable, "-m", "dprivacy", "budgets", "--config",
                                 str(cfg)], capture_output=True, text=True, timeout=600).stdout
@@ -827,7 +891,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         stem = "bench_service_load_quick" if args.quick else "bench_service_load"
         summary.to_csv(out / f"{stem}.csv", index=False)
         t_first = df.start.min()
-        df.assign(start=df.start - t_first).to_csv(out / f"{stem}_requests.csv", index=False)
+        df.assign(start=df.start - t_first, sent=df.sent - t_first).to_csv(
+            out / f"{stem}_requests.csv", index=False)
+        if len(per_request):  # every answer's lateness split into its parts, in seconds
+            per_request.assign(start=per_request.start - t_first).to_csv(
+                out / f"{stem}_stages.csv", index=False)
         meta = {"rows": args.rows, "analysts": args.analysts, "duration_s": args.duration,
                 "flood": args.flood, "eps": args.eps, "deadline_rule": rule,
                 "query_seconds": qs, "row_seconds": row_s, "store_seconds": store_s,
@@ -853,7 +921,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             if len(parts):
                 fh.write("## Where the lateness of the other analysts' answers comes from\n\n"
                          "Each answer matched to the service's own record of it: lateness = "
-                         "arrival (send to the service's arrival stamp) + deadline_diff + "
+                         "arrival (send to the service's arrival stamp; = client, until the "
+                         "client begins to write the request, + wire, from there to the "
+                         "arrival stamp) + deadline_diff + "
                          "release (the service's release minus its deadline) + delivery "
                          "(release to receipt).\n\n")
                 fh.write(_markdown(parts, "{:.2f}") + "\n\n")

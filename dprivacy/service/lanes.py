@@ -25,7 +25,9 @@ Behind the lane are the analyst's own resources, which no other analyst's reques
   the worker if it has none shortly after the deadline.
 
 The answer is released by the service's event loop at the deadline (an ``asyncio`` timer), which
-runs a few nice steps above every worker and decider, so neither can delay it.
+runs a few nice steps above every worker and decider, so neither can delay it, and whose thread
+asks the scheduler for the shortest time slice (:mod:`dprivacy.service.slices`), so that its
+wake-ups preempt them at once.
 """
 
 from __future__ import annotations

@@ -10,8 +10,9 @@ from typing import Any
 
 from dprivacy._serving import BackgroundServer, listening_socket
 from dprivacy.service.config import ServiceConfig, load_config
+from dprivacy.service.slices import set_slice
 
-__all__ = ["register", "ServiceThread", "listening_socket"]
+__all__ = ["register", "ServiceThread", "listening_socket", "warm_up"]
 
 
 class ServiceThread(BackgroundServer):
@@ -40,6 +41,29 @@ class ServiceThread(BackgroundServer):
         self.runner.close()
 
 
+def warm_up(app: Any) -> int:
+    """Send ``GET /v1/health`` through the ASGI application ``app`` in this process (no
+    socket); its status. Builds what the application builds on its first request."""
+    import asyncio
+
+    status: list[int] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            status.append(int(message["status"]))
+
+    scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
+             "http_version": "1.1", "method": "GET", "scheme": "http", "path": "/v1/health",
+             "raw_path": b"/v1/health", "root_path": "", "query_string": b"",
+             "headers": [(b"host", b"localhost")], "client": ("127.0.0.1", 0),
+             "server": ("127.0.0.1", 0), "state": {}}
+    asyncio.run(app(scope, receive, send))
+    return status[0] if status else 0
+
+
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -54,9 +78,17 @@ def _serve(args: argparse.Namespace) -> int:
     gc.freeze()
     print(f"dprivacy serve: {len(cfg.sources)} source(s), {len(cfg.analysts)} analyst(s), "
           f"state in {cfg.state_dir}, on http://{args.host}:{args.port}", flush=True)
+    config = uvicorn.Config(app, log_level="warning", access_log=False, http=stamped_protocol())
+    # the first request costs what the later ones do: uvicorn's protocol and wrappers loaded and
+    # the application's middleware built (a health check through it) before the socket listens
+    config.load()
+    warm_up(config.loaded_app)
     sock = listening_socket(args.host, args.port)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False,
-                                           http=stamped_protocol()))
+    server = uvicorn.Server(config)
+    # this thread runs the event loop (arrivals, releases): the shortest scheduler slice, so
+    # that its wake-ups preempt the workers at once (the analysts' processes are started, from
+    # the fork server, with the default one)
+    set_slice()
     try:
         server.run(sockets=[sock])
     finally:
