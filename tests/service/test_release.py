@@ -122,9 +122,15 @@ HOSTILE = [
 ]
 
 
-@pytest.mark.parametrize("source", ["visits", "people"])
-def test_hostile_release_requests_refused_with_nothing_charged(service, source):
-    srv = service(release_seconds=1.5)  # the good release at the end must not overrun
+def test_hostile_release_requests_refused_with_nothing_charged(service):
+    """Against a PINQ source (visits) and a ProPer one (people), each on its own service, the
+    two at the same time (each request waits for its deadline: they wait together)."""
+    at_once({source: lambda source=source: _hostile_requests(service, source)
+             for source in ("visits", "people")})
+
+
+def _hostile_requests(service, source: str) -> None:
+    srv = service(source, release_seconds=1.5)  # the good release at the end must not overrun
     s = connect(srv.url, key=KEYS["alice"])
     v = s.table("visits")
     before = (v.remaining_budget(), proper_charges(srv))
@@ -134,12 +140,12 @@ def test_hostile_release_requests_refused_with_nothing_charged(service, source):
             if source == "people" and '"source": "visits"' in body:
                 body = body.replace('"source": "visits"', '"source": "people"', 1)
             r = c.post("/v1/query", content=body.encode())
-            assert r.status_code in (400, 413, 422), (name, r.status_code, r.text[:200])
+            assert r.status_code in (400, 413, 422), (source, name, r.status_code, r.text[:200])
             out = r.json()
-            assert set(out) == {"error", "message"} and "\n" not in out["message"], name
-            assert len(out["message"]) <= 400, name
+            assert set(out) == {"error", "message"} and "\n" not in out["message"], (source, name)
+            assert len(out["message"]) <= 400, (source, name)
             if error is not None:
-                assert out["error"] == error, (name, out)
+                assert out["error"] == error, (source, name, out)
     assert (v.remaining_budget(), proper_charges(srv)) == before
     # and a good release still goes through (and is charged)
     U, M, W, d = owner_inputs()  # noqa: N806
