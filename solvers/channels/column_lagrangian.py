@@ -34,18 +34,24 @@ and ``u`` is constant on orbits (the bound above still holds: it holds for any `
 The slack columns' box on the master's duals is centred on the multipliers of the best bound
 so far (boxstep; Marsten, Hogan & Blankenship, 1975), so a warm start (``start_duals``, e.g. a
 smaller grid's multipliers, :mod:`solvers.channels.warm_start`) is kept, and the master can start
-from given columns (``start_columns``). The symmetric channel is built exactly symmetric
-(:func:`expand`), which lets its privacy check look at one column per orbit.
+from given columns (``start_columns``). From a cold start the centre is ``u = 0``, whose bound
+(the sum of the negative costs, 0 for a nonnegative cost) is known without pricing: a first
+bound below it (the 808 US cities: -1.2e5) never becomes the centre. The symmetric channel is
+built exactly symmetric (:func:`expand`), which lets its privacy check look at one column per
+orbit.
 
 Pairs with budgets above a cap stay out of the pricing LPs (a relaxation: the bound stays
 valid), and each column the LPs return is lifted to ``v'[y] = max_x v[x] exp(-D[x, y])`` (D: the
 path metric of the pair budgets), the least vector above v that satisfies every pair; it moves
 entries of about ``exp(-cap)`` of the column's largest. The cap is ``CAP`` (23 nats) for listed
 pairs; with every pair of a metric constrained it is :func:`dense_cap` (8 nats on a grid at 0.5
-per unit): the longer pairs are then implied, up to a dilation close to 1, by chains of shorter
-ones, so little is lost, and HiGHS is kept away from coefficients near ``exp(23)``, with which
-its pricing LPs returned far weaker bounds (50 x 50 grid: 3.4516 against 3.6387 from the same
-multipliers, the optimum being near 3.64).
+per unit, at most 16 nats): the longer pairs are then implied, up to a dilation close to 1, by
+chains of shorter ones, so little is lost, and HiGHS is kept away from coefficients near
+``exp(23)``, with which its pricing LPs returned far weaker bounds (50 x 50 grid: 3.4516 against
+3.6387 from the same multipliers, the optimum being near 3.64). What remains of HiGHS's dual
+errors times ``exp(b)`` is taken out of each certificate by lowering the multipliers of the rows
+that make a reduced cost negative (:func:`_tighten_duals`; any multipliers >= 0 give a valid
+bound). Every master solve is checked to be optimal (retried from scratch otherwise).
 
 Any multipliers ``w >= 0`` of a pricing LP's rows bound that output's pricing problem at every
 later ``g`` too, so the duals of each output's last solved LP are kept (one float per row) and
@@ -99,19 +105,21 @@ SINGLE_ABOVE = 4096
 CAP = 23.0
 
 #: With every pair of a metric constrained, the pricing LPs take pairs up to
-#: ``min(CAP, max(DENSE_CAP, DENSE_STEPS x the median nearest-neighbour budget, DENSE_SPREAD x
-#: the largest nearest-neighbour budget))`` nats (:func:`dense_cap`): the longer pairs are
-#: implied, up to a dilation close to 1, by chains of the shorter ones, and leaving them out (a
-#: relaxation: the bound stays valid) keeps HiGHS away from coefficients near ``exp(23)``.
-#: Measured on a 50 x 50 grid (0.5 per unit, warm start from 25 x 25): the first bound 3.4516
-#: with the cap at 23 nats, 3.6387 with 8 (primal 3.6495). The last term keeps every input's
-#: nearby pairs where points are spread unevenly (the 808 US cities at one over the median
-#: nearest-neighbour distance: a cap of 16 nats left the western cities without pairs, and the
-#: bound was -9.5e4 after 7 minutes; their largest nearest-neighbour budget is 35 nats, so they
-#: keep the cap of 23).
+#: ``min(DENSE_MAX, max(DENSE_CAP, DENSE_STEPS x the median nearest-neighbour budget,
+#: DENSE_SPREAD x the largest nearest-neighbour budget))`` nats (:func:`dense_cap`): the longer
+#: pairs are implied, up to a dilation close to 1, by chains of the shorter ones, and leaving them
+#: out (a relaxation: the bound stays valid) keeps HiGHS away from large coefficients ``exp(b)``,
+#: which turn its dual errors into far weaker bounds. Measured on a 50 x 50 grid (0.5 per unit,
+#: warm start from 25 x 25): the first bound 3.4516 with the cap at 23 nats, 3.6387 with 8
+#: (primal 3.6495); on the 808 US cities (one over the median nearest-neighbour distance): a
+#: bound of 3.61 against a master of 7.06 after 300 s with 23 nats, a gap of 0.63 % after 120 s
+#: with 16. The third term keeps the nearest pairs of an outlying point (up to
+#: ``DENSE_MAX / DENSE_SPREAD`` nats from the others); a point farther out has pairs of weight at
+#: most ``exp(-DENSE_MAX)`` (1e-7), met by the lift.
 DENSE_CAP = 8.0
 DENSE_STEPS = 16.0
 DENSE_SPREAD = 4.0
+DENSE_MAX = 16.0
 
 #: Largest pair budget (nats) of a complementary row ``1 - v[x] <= exp(b) (1 - v[y])`` in a pricing
 #: LP. Such a row can only bind where ``v[x] >= 1 - exp(-b)``; leaving the others out is a
@@ -412,45 +420,113 @@ class _Pricer:
         ``w >= 0`` of the first ``w.size`` rows of its LP (any such ``w``, optimal or not):
         every ``v`` of the polytope has ``A v <= c`` (row by row), so ``<g, v> >= <g + A'w, v>
         - <w, c> >= sum_x min((g + A'w)[x], 0) - <w, c>`` over ``0 <= v <= 1``. ``w`` of the
-        wrong size: the bound with ``w = 0``."""
-        r = g.copy()
-        const = 0.0
+        wrong size: the bound with ``w = 0``.
+
+        HiGHS's duals carry relative errors of about 1e-8, which a pair row's coefficient
+        ``exp(b)`` (up to ``exp(16)``, 9e6) turns into reduced costs of -0.1 or less where the
+        LP's own are 0 (measured: -0.46 on an LP whose optimum was -1e-9). So ``w`` is first
+        lowered (:func:`_tighten_duals`) where that lifts a negative reduced cost; any ``w >= 0``
+        gives a valid bound, and the bound is the better of the two."""
+        parts = []
         done = 0
         for xs, ys, eb, comp in self.rows[z]:
             k = xs.size
             if done + k > w.size:
                 break
-            wk = w[done:done + k]
+            parts.append((xs, ys, eb, comp, w[done:done + k]))
             done += k
-            if comp:  # -v[x] + eb v[y] <= eb - 1
-                np.add.at(r, xs, -wk)
-                np.add.at(r, ys, eb * wk)
-                const += float(wk @ (eb - 1.0))
-            else:  # v[x] - eb v[y] <= 0
-                np.add.at(r, xs, wk)
-                np.add.at(r, ys, -eb * wk)
         if done != w.size:
             return float(np.minimum(g, 0.0).sum())
-        return float(np.minimum(r, 0.0).sum()) - const
+        lb = _dual_bound(g, parts)
+        if not any(comp for *_, comp, _ in parts):
+            lb = max(lb, _dual_bound(g, _tighten_duals(g, parts)))
+        return lb
+
+
+def _dual_bound(g: np.ndarray,
+                parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, bool, np.ndarray]]) -> float:
+    """``sum_x min((g + A'w)[x], 0) - <w, c>`` for the rows ``(xs, ys, exp(b), complementary,
+    w)`` (:meth:`_Pricer.bound`)."""
+    r = g.copy()
+    const = 0.0
+    for xs, ys, eb, comp, wk in parts:
+        if comp:  # -v[x] + eb v[y] <= eb - 1
+            np.add.at(r, xs, -wk)
+            np.add.at(r, ys, eb * wk)
+            const += float(wk @ (eb - 1.0))
+        else:  # v[x] - eb v[y] <= 0
+            np.add.at(r, xs, wk)
+            np.add.at(r, ys, -eb * wk)
+    return float(np.minimum(r, 0.0).sum()) - const
+
+
+def _tighten_duals(g: np.ndarray,
+                   parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, bool, np.ndarray]],
+                   passes: int = 3) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, bool, np.ndarray]]:
+    """Lower the multipliers ``w`` of pair rows ``v[x] <= exp(b) v[y]`` whose ``y`` has a negative
+    reduced cost ``r[y] = (g + A'w)[y]``: by the same factor on every row into ``y``, just enough
+    to bring ``r[y]`` to 0 (or all of them). That raises ``r[y]`` by up to ``-r[y]`` and lowers
+    ``r[x]`` by ``exp(-b)`` as much; a few passes, since the lowered ``r[x]`` may turn negative.
+    Returns the same rows with the new ``w`` (still >= 0; the bound is recomputed from them)."""
+    if not parts:
+        return parts
+    xs = np.concatenate([p[0] for p in parts])
+    ys = np.concatenate([p[1] for p in parts])
+    eb = np.concatenate([p[2] for p in parts])
+    w = np.concatenate([p[4] for p in parts])
+    n = g.size
+    r = g + np.bincount(xs, weights=w, minlength=n) - np.bincount(ys, weights=eb * w, minlength=n)
+    for _ in range(passes):
+        k = np.flatnonzero((r[ys] < 0) & (w > 0))
+        if k.size == 0:
+            break
+        supply = np.bincount(ys[k], weights=eb[k] * w[k], minlength=n)
+        f = np.zeros(n)
+        neg = (r < 0) & (supply > 0)
+        f[neg] = np.minimum(1.0, -r[neg] / supply[neg])
+        d = f[ys[k]] * w[k]
+        w[k] -= d
+        w[k] = np.maximum(w[k], 0.0)
+        r += np.bincount(ys[k], weights=eb[k] * d, minlength=n) - np.bincount(xs[k], weights=d,
+                                                                             minlength=n)
+    out, at = [], 0
+    for px, py, pe, comp, wk in parts:
+        out.append((px, py, pe, comp, w[at:at + wk.size]))
+        at += wk.size
+    return out
 
 
 def _retry(h: Any) -> bool:
-    """Solve a pricing LP whose warm start failed (HiGHS reports such a bounded LP, with pair
-    coefficients up to exp(CAP), as unbounded or unknown now and then): from scratch, then by
-    primal simplex, then by interior point with crossover. True when one of them is optimal."""
+    """Solve an LP whose warm start failed (HiGHS reports such a bounded LP, with pair
+    coefficients up to exp(CAP), as unbounded or unknown now and then; the master, now and then,
+    as unknown after columns were added): from scratch, then by primal simplex, then by interior
+    point with crossover, each option set back to the value it had. True when one of them is
+    optimal."""
     import highspy
 
-    for option, value, default in ((None, None, None), ("simplex_strategy", 4, 1),
-                                   ("solver", "ipm", "choose")):
+    for option, value in ((None, None), ("simplex_strategy", 4), ("solver", "ipm")):
         h.clearSolver()
+        before = None if option is None else h.getOptionValue(option)[1]
         if option is not None:
             h.setOptionValue(option, value)
         h.run()
         if option is not None:
-            h.setOptionValue(option, default)
+            h.setOptionValue(option, before)
         if h.getModelStatus() == highspy.HighsModelStatus.kOptimal:
             return True
     return False
+
+
+def _run_master(h: Any) -> None:
+    """Solve the master LP to optimality, or raise: a master that HiGHS leaves "unknown" has a
+    solution whose row sums may be far from 1 (measured on 18 points: 0.76 to 1.03, its value
+    below the proven bound), which must not be taken for a channel."""
+    import highspy
+
+    h.run()
+    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal and not _retry(h):
+        raise RuntimeError("the master LP was not solved: "
+                           + h.modelStatusToString(h.getModelStatus()))
 
 
 def _get_basis(h: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -472,22 +548,22 @@ def _set_basis(h: Any, cols: np.ndarray, rows: np.ndarray) -> None:
 
 def dense_cap(eps: np.ndarray) -> float:
     """The largest pair budget the pricing LPs take when every pair of ``eps`` is constrained:
-    ``min(CAP, max(DENSE_CAP, DENSE_STEPS x median(nn), DENSE_SPREAD x max(nn)))``, ``nn`` the
-    budget of each input to its nearest other input.
+    ``min(DENSE_MAX, max(DENSE_CAP, DENSE_STEPS x median(nn), DENSE_SPREAD x max(nn)))``, ``nn``
+    the budget of each input to its nearest other input.
 
     Examples
     --------
     >>> d = np.abs(np.subtract.outer(np.arange(5.0), np.arange(5.0)))
-    >>> dense_cap(0.1 * d), dense_cap(1.0 * d), dense_cap(5.0 * d)
-    (8.0, 16.0, 23.0)
+    >>> dense_cap(0.1 * d), dense_cap(0.5 * d), dense_cap(5.0 * d)
+    (8.0, 8.0, 16.0)
     >>> far = np.abs(np.subtract.outer([0.0, 1, 2, 3, 12], [0.0, 1, 2, 3, 12]))  # one far point
-    >>> dense_cap(0.5 * far)
-    18.0
+    >>> dense_cap(0.5 * far), dense_cap(0.2 * far)
+    (16.0, 8.0)
     """
     near = _near_rows(eps, 1)[:, 0]
     nn = eps[np.arange(eps.shape[0]), near]
-    return float(min(CAP, max(DENSE_CAP, DENSE_STEPS * float(np.median(nn)),
-                              DENSE_SPREAD * float(np.max(nn)))))
+    return float(min(DENSE_MAX, max(DENSE_CAP, DENSE_STEPS * float(np.median(nn)),
+                                    DENSE_SPREAD * float(np.max(nn)))))
 
 
 def _near_rows(eps: np.ndarray, k: int, block: int = 512) -> np.ndarray:
@@ -635,7 +711,9 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray | None, y:
         ``exp(CAP)``) cannot hold up a round.
     recentre : bool
         Centre the box of the master's duals on the multipliers of the best bound so far
-        (boxstep) instead of on 0.
+        (boxstep) instead of on 0 (or on ``start_duals``). From a cold start ``u = 0`` counts,
+        with its bound (the sum of the negative costs) known without pricing, so the box moves
+        only to multipliers whose bound beats it.
     warm_box : float
         With ``start_duals``, the box's half-width as a fraction of each start multiplier
         (widened tenfold on the rows whose slack the master still uses when the gap is met).
@@ -749,7 +827,18 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray | None, y:
             centre = u_start[reps] * size
             pen = np.tile(np.maximum(warm_box * np.abs(centre), 1e-6 * scale), 2)
             master.changeColsCost(ns, slack_idx, slack_cost())
-    best_lb, u_best = -np.inf, u_start
+    # the stability centre (boxstep's box and Wentges's smoothing): the multipliers of the best
+    # bound so far, counting u = 0 from a cold start, whose bound sum_z min_v <cost_z, v> is at
+    # least the sum of the negative costs without any pricing (0 for a nonnegative cost). A
+    # priced bound below it never becomes the centre: the first bound can be far below 0 (the
+    # 808 US cities: -1.2e5, from the first master's multipliers of isolated cities), and a box
+    # centred there stays near those multipliers (a bound of -4.4e4 after 420 s; 0.63 % in 120 s
+    # from the centre 0)
+    best_lb = -np.inf  # the best priced bound
+    if u_start is None:
+        u_best, centre_lb = np.zeros(n), float(size @ np.minimum(C, 0.0).sum(axis=0))
+    else:
+        u_best, centre_lb = u_start, -np.inf
     a, rounds, status, t_master, t_price = alpha, 0, "Optimal", 0.0, 0.0
     slack_off = False  # the master was last solved with the slack columns fixed at 0
     best_free, W_best = np.inf, None
@@ -765,7 +854,7 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray | None, y:
     with ThreadPoolExecutor(max(1, workers)) as ex:
         while True:
             tm = time.perf_counter()
-            master.run()
+            _run_master(master)
             t_master += time.perf_counter() - tm
             obj = float(master.getInfo().objective_function_value)
             sol = master.getSolution()
@@ -781,7 +870,7 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray | None, y:
             else:
                 master.changeColsBounds(ns, slack_idx, np.zeros(ns), np.zeros(ns))
                 tm = time.perf_counter()
-                master.run()
+                _run_master(master)
                 t_master += time.perf_counter() - tm
                 free = float(master.getInfo().objective_function_value)
                 lam_f = np.asarray(master.getSolution().col_value)[ns:]
@@ -809,7 +898,7 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray | None, y:
                 # slack (a channel) within the gap already?
                 master.changeColsBounds(ns, slack_idx, np.zeros(ns), np.zeros(ns))
                 tm = time.perf_counter()
-                master.run()
+                _run_master(master)
                 t_master += time.perf_counter() - tm
                 plain = float(master.getInfo().objective_function_value)
                 if plain - best_lb <= gap * max(abs(plain), 1e-300):
@@ -825,7 +914,7 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray | None, y:
             u = mu[orb] / size[orb]  # the master's multipliers, spread over each orbit
             if u_start is not None and rounds == 1:  # a warm start: its bound first
                 u_s = u_start
-            elif u_best is not None and a > 0:
+            elif a > 0:
                 u_s = a * u_best + (1 - a) * u
             else:
                 u_s = u
@@ -837,8 +926,9 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray | None, y:
                               [stop_at] * m))
             t_price += time.perf_counter() - tp
             lb = float(u_s.sum() + sum(size[k] * out[k][1] for k in range(m)))
-            if lb > best_lb:
-                best_lb, u_best = lb, u_s
+            best_lb = max(best_lb, lb)
+            if lb > centre_lb:
+                centre_lb, u_best = lb, u_s
                 if ns and recentre:
                     centre = u_s[reps] * size
                     master.changeColsCost(ns, slack_idx, slack_cost())
@@ -856,8 +946,9 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray | None, y:
                 if rc < -tau:
                     add(k, v)
                     added += 1
-            log.debug("round %d, %.1f s: master %.10g, bound %.10g, added %d, columns %d",
-                      rounds, time.perf_counter() - t0, obj, best_lb, added, len(col_k))
+            log.debug("round %d, %.1f s: master %.10g, bound %.10g (this round %.10g), added %d, "
+                      "columns %d, slack in use on %d rows", rounds, time.perf_counter() - t0,
+                      obj, best_lb, lb, added, len(col_k), int(used.sum()))
             # mispricing (nothing added, or the master stuck): price at its own duals next
             stuck = len(history) > 2 and history[-3][1] - obj <= 1e-12 * abs(obj)
             a = alpha if added and not stuck else 0.0
@@ -879,7 +970,7 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray | None, y:
     if ns and not slack_off and np.any(np.asarray(master.getSolution().col_value)[:ns] > 1e-12):
         # stopped by a limit with slack in use: the master without slack (feasible: start columns)
         master.changeColsBounds(ns, slack_idx, np.zeros(ns), np.zeros(ns))
-        master.run()
+        _run_master(master)
         obj = float(master.getInfo().objective_function_value)
     W = mix(np.asarray(master.getSolution().col_value)[ns:])  # noqa: N806
     if best_free < obj and W_best is not None:  # an earlier master was the better channel
@@ -887,9 +978,9 @@ def solve_by_columns(cost: np.ndarray, eps: np.ndarray, x: np.ndarray | None, y:
     solves, prows = pricer.solves, pricer.n_rows()
     del col_v[:], pricer  # (the column store and the kernel: free them before T's N² floats)
     T = expand(W, P, reps)  # noqa: N806
-    return ColumnResult(T=T, objective=obj, lower_bound=float(best_lb), status=status,
+    return ColumnResult(T=T, objective=obj, lower_bound=float(max(best_lb, centre_lb)), status=status,
                         rounds=rounds, columns=len(col_k), pricing_solves=solves,
                         pricing_rows=prows, pricing_seconds=t_price,
                         master_seconds=t_master, group_order=G, outputs_priced=m,
                         history=tuple(history),
-                        duals=None if u_best is None else np.asarray(u_best, dtype=float))
+                        duals=np.asarray(u_best, dtype=float))

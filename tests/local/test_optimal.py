@@ -224,3 +224,47 @@ def test_large_budgets_default_method_against_a_plain_lp() -> None:
     for m in ("dantzig_wolfe", "cutting_planes", "direct"):
         with pytest.raises(ValueError, match="lagrangian"):
             solve_dx_lp(eps, d, method=m)
+
+
+def test_repair_scales_rows_off_by_the_master_tolerance_instead_of_normalising_them() -> None:
+    """A private channel whose columns are scaled by 1 +- 1e-8 (every pair still holds exactly;
+    the row sums are off by a few 1e-9, as the master leaves them): the repair returns rows that
+    sum to 1, every pair held, with a uniform part 18 times smaller than normalising each row and
+    then mixing would need, for both the dense and the listed-pairs repair."""
+    from scipy.spatial.distance import cdist
+
+    from solvers.channels.optimal import _repair, _repair_dense, constraint_pairs
+
+    rng = np.random.default_rng(0)
+    pts = rng.uniform(0, 4, size=(25, 2))
+    n = len(pts)
+    d = cdist(pts, pts)
+    eps = 0.7 * d
+    opt = np.array(solve_dx_lp(eps, d, method="direct").T)
+    T = opt * (1 + 1e-8 * rng.uniform(-1, 1, size=n))[None, :]  # noqa: N806
+    assert np.abs(T.sum(axis=1) - 1).max() > 1e-9
+    rows = T / T.sum(axis=1, keepdims=True)
+    viol = max(float(np.max(rows[x][None, :] - np.exp(eps[x])[:, None] * rows)) for x in range(n))
+    normalised = viol / (viol + (np.exp(eps[eps > 0].min()) - 1) / n)
+    for R, mu in (_repair_dense(T.copy(), eps), _repair(T.copy(), *constraint_pairs(eps)[:3])):  # noqa: N806
+        assert 0 < mu < normalised / 10
+        assert np.abs(R.sum(axis=1) - 1).max() < 1e-12
+        for x in range(n):
+            assert np.all(R[x][None, :] <= np.exp(eps[x])[:, None] * R * (1 + 1e-12))
+
+
+def test_master_solve_raises_when_highs_cannot_solve_it() -> None:
+    """The master is used only when HiGHS solves it to optimality: an infeasible LP raises."""
+    from solvers.channels.column_lagrangian import _run_master
+    from solvers.channels.lp_parts import new_highs
+
+    none = np.zeros(0, dtype=np.int32)
+    ok = new_highs(threads=1)
+    ok.addCols(1, np.array([1.0]), np.zeros(1), np.ones(1), 0, none, none, np.zeros(0))
+    _run_master(ok)
+    bad = new_highs(threads=1)
+    bad.addCols(1, np.array([1.0]), np.zeros(1), np.ones(1), 0, none, none, np.zeros(0))
+    bad.addRows(1, np.array([2.0]), np.array([np.inf]), 1, np.zeros(1, dtype=np.int32),
+                np.zeros(1, dtype=np.int32), np.ones(1))
+    with pytest.raises(RuntimeError, match="master LP was not solved"):
+        _run_master(bad)
