@@ -201,10 +201,18 @@ def program(url):
     return out
 
 
-@pytest.mark.parametrize("neighbour", ["added", "exhausted"])
-def test_release_on_neighbouring_datasets(service, neighbour):
-    target = {"pid": 999, "city": "a", "eps": 5.0 if neighbour == "added" else 0.0}
-    worlds = {"base": residents(), "neighbour": residents(extra=[target])}
+def _target(neighbour: str) -> dict:
+    """The neighbour's extra record: a target who can pay (added) or whose budget is 0."""
+    return {"pid": 999, "city": "a", "eps": 5.0 if neighbour == "added" else 0.0}
+
+
+NEIGHBOURS = ("added", "exhausted")
+
+
+def test_release_on_neighbouring_datasets(service):
+    """The base world and both neighbours (added, exhausted), the three programs at the same
+    time (each waits for its deadlines); each neighbour's outcomes against the base world's."""
+    worlds = {"base": residents(), **{n: residents(extra=[_target(n)]) for n in NEIGHBOURS}}
 
     def run(name, df):
         srv = service(name, df, query_seconds=0.5, pinq_budget=1.0)
@@ -214,8 +222,10 @@ def test_release_on_neighbouring_datasets(service, neighbour):
             srv.stop()
 
     runs = at_once({name: lambda name=name, df=df: run(name, df) for name, df in worlds.items()})
-    a, b = ([k for k, _t in runs[w]] for w in ("base", "neighbour"))
-    assert a == b  # same errors, messages, budgets and answer shapes
+    a = [k for k, _t in runs["base"]]
+    for neighbour in NEIGHBOURS:
+        b = [k for k, _t in runs[neighbour]]
+        assert a == b, neighbour  # same errors, messages, budgets and answer shapes
     assert [k[0] for k in a] == ["answer", "answer", "answer", "budget", "error", "error",
                                  "error", "answer", "error", "budget", "answer"]
     assert a[3][1] == 0.5 and a[9][1] == 0.0
@@ -224,11 +234,10 @@ def test_release_on_neighbouring_datasets(service, neighbour):
         assert min(releases) >= 0.5 - 0.02, (w, releases)
 
 
-@pytest.mark.parametrize("neighbour", ["added", "exhausted"])
-def test_release_outputs_indistinguishable(service, neighbour):
-    """The neighbour's answers for the target's element: Laplace(1/β) around counts that differ
-    by at most one record (exhausted: by none)."""
-    target = {"pid": 999, "city": "a", "eps": 5.0 if neighbour == "added" else 0.0}
+def test_release_outputs_indistinguishable(service):
+    """Each neighbour's answers for the target's element: Laplace(1/β) around counts that differ
+    by at most one record (exhausted: by none). The base world and both neighbours at the same
+    time (each release waits for its deadline); each neighbour against the base world."""
     _U, _M, W, d = owner_inputs()  # noqa: N806
 
     def run(name, df):
@@ -241,13 +250,14 @@ def test_release_outputs_indistinguishable(service, neighbour):
         finally:
             srv.stop()
 
-    worlds = {"base": residents(), "neighbour": residents(extra=[target])}
+    worlds = {"base": residents(), **{n: residents(extra=[_target(n)]) for n in NEIGHBOURS}}
     res = at_once({name: lambda name=name, df=df: run(name, df) for name, df in worlds.items()})
     assert res["base"].mean() > 30 - 4.5 * np.sqrt(2) / BETA / np.sqrt(len(res["base"]))
-    shift = res["neighbour"].mean() - res["base"].mean()
     sd = np.sqrt(2) / BETA * np.sqrt(2 / len(res["base"]))
-    assert abs(shift) < 4.5 * sd
-    assert stats.ks_2samp(res["base"], res["neighbour"]).pvalue > 1e-4
+    for neighbour in NEIGHBOURS:
+        shift = res[neighbour].mean() - res["base"].mean()
+        assert abs(shift) < 4.5 * sd, neighbour
+        assert stats.ks_2samp(res["base"], res[neighbour]).pvalue > 1e-4, neighbour
 
 
 def test_release_is_refused_on_a_source_without_inputs(service):
@@ -280,11 +290,12 @@ def _release_program(url):
     return out
 
 
-@pytest.mark.parametrize("city", [None, "zzz", "a" * 100_000], ids=["null", "unknown", "long"])
-def test_release_with_a_hostile_key_value(service, city):
+def test_release_with_a_hostile_key_value(service):
     """A record whose key is NULL, outside the universe or huge: the same outcomes, budgets and
-    no default answer (it is left out, as a Where would)."""
-    target = {"pid": 999, "city": city, "eps": 5.0}
+    no default answer (it is left out, as a Where would). The base world and the three worlds
+    with such a record at the same time (each program waits for its deadlines); each against
+    the base world."""
+    cities = {"null": None, "unknown": "zzz", "long": "a" * 100_000}
 
     def run(name, df):
         srv = service(name, df, query_seconds=1.0)
@@ -295,13 +306,15 @@ def test_release_with_a_hostile_key_value(service, city):
         finally:
             srv.stop()
 
-    worlds = {"base": residents(), "target": residents(extra=[target])}
+    worlds = {"base": residents(), **{k: residents(extra=[{"pid": 999, "city": city, "eps": 5.0}])
+                                      for k, city in cities.items()}}
     by_world = at_once({name: lambda name=name, df=df: run(name, df)
                         for name, df in worlds.items()})
-    runs = [by_world["base"], by_world["target"]]
-    assert runs[0] == runs[1]
-    assert all(o[0] == "ok" for o in runs[0]), runs[0]
-    assert runs[0][1] == ("ok", 0.5) and runs[0][3] == ("ok", 99.5)
+    base = by_world["base"]
+    for k in cities:
+        assert base == by_world[k], k
+    assert all(o[0] == "ok" for o in base), base
+    assert base[1] == ("ok", 0.5) and base[3] == ("ok", 99.5)
 
 
 def test_a_release_has_its_own_deadline(service):
