@@ -229,10 +229,9 @@ def test_large_budgets_default_method_against_a_plain_lp() -> None:
 def test_repair_scales_rows_off_by_the_master_tolerance_instead_of_normalising_them() -> None:
     """A private channel whose columns are scaled by 1 +- 1e-8 (every pair still holds exactly;
     the row sums are off by a few 1e-9, as the master leaves them): the repair returns rows that
-    sum to 1, every pair held, with a uniform part 18 times smaller than normalising each row and
-    then mixing would need, for both the dense and the listed-pairs repair."""
-    from scipy.spatial.distance import cdist
-
+    sum to 1, every pair held, adding less than a tenth of the loss that normalising each row
+    and then mixing with the uniform matrix adds (dense repair with the loss, which picks the
+    cheaper filler, and the listed-pairs repair)."""
     from solvers.channels.optimal import _repair, _repair_dense, constraint_pairs
 
     rng = np.random.default_rng(0)
@@ -245,12 +244,39 @@ def test_repair_scales_rows_off_by_the_master_tolerance_instead_of_normalising_t
     assert np.abs(T.sum(axis=1) - 1).max() > 1e-9
     rows = T / T.sum(axis=1, keepdims=True)
     viol = max(float(np.max(rows[x][None, :] - np.exp(eps[x])[:, None] * rows)) for x in range(n))
-    normalised = viol / (viol + (np.exp(eps[eps > 0].min()) - 1) / n)
-    for R, mu in (_repair_dense(T.copy(), eps), _repair(T.copy(), *constraint_pairs(eps)[:3])):  # noqa: N806
-        assert 0 < mu < normalised / 10
+    lam = 1.01 * viol / (viol + (np.exp(eps[eps > 0].min()) - 1) / n)
+    old = float((((1 - lam) * rows + lam / n) * d).sum() - (T * d).sum())
+    assert old > 0
+    for R, mu in (_repair_dense(T.copy(), eps, None, d),  # noqa: N806
+                  _repair(T.copy(), *constraint_pairs(eps)[:3])):
+        assert 0 < mu < 1e-6
         assert np.abs(R.sum(axis=1) - 1).max() < 1e-12
+        assert float((R * d).sum() - (T * d).sum()) < old / 10
         for x in range(n):
             assert np.all(R[x][None, :] <= np.exp(eps[x])[:, None] * R * (1 + 1e-12))
+
+
+def test_repair_filler_of_a_spread_out_set_is_the_cheaper_exponential_mechanism() -> None:
+    """Points far apart at a small budget per unit and the squared loss: the uniform rows
+    would cost about the mean squared distance; the exponential mechanism at a quarter of the
+    budgets is used instead (its added loss is under half the uniform one's), rows sum to 1 and every
+    pair holds, also for near-zero entries (ratios checked relative to the entries)."""
+    from solvers.channels.optimal import _repair_dense
+    from solvers.channels.separation import check_all_pairs
+
+    rng = np.random.default_rng(1)
+    pts = rng.uniform(0, 100, size=(40, 2))
+    n = len(pts)
+    sq = cdist(pts, pts) ** 2
+    eps = 0.3 * cdist(pts, pts)
+    opt = np.array(solve_dx_lp(eps, sq, method="direct").T)
+    T = opt * (1 + 1e-8 * rng.uniform(-1, 1, size=n))[None, :]  # noqa: N806
+    R, _ = _repair_dense(T.copy(), eps, None, sq)  # noqa: N806
+    U, _ = _repair_dense(T.copy(), eps)  # noqa: N806  # without the loss: uniform rows
+    added, uniform = float(((R - T) * sq).sum()), float(((U - T) * sq).sum())
+    assert 0 < added < uniform / 2
+    assert np.abs(R.sum(axis=1) - 1).max() < 1e-12
+    assert check_all_pairs(R, eps, rtol=1e-9)[0]
 
 
 def test_master_solve_raises_when_highs_cannot_solve_it() -> None:
