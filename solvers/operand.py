@@ -38,7 +38,7 @@ def as_operand(F: object, N: int | None = None, *, densify_cells: int = DENSIFY_
         if S.ndim != 2:
             raise SolverError(f"F must be 2-D (m, N), got shape {S.shape}")
         if S.shape[0] * S.shape[1] > densify_cells:
-            C = sp.csc_array(S, dtype=float)
+            C = sp.csc_array(S, dtype=float, copy=True)  # our own: sum_duplicates is in place
             _check_shape(C.shape, N)
             if not np.isfinite(C.data).all():
                 raise SolverError("F contains NaN or infinite entries")

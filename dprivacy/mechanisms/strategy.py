@@ -559,7 +559,8 @@ def strategy_to_json(design: StrategyDesign) -> dict[str, Any]:
         S.eliminate_zeros()
         out.update(indptr=S.indptr.tolist(), indices=S.indices.tolist(), data=S.data.tolist())
     else:
-        out["dense"] = np.asarray(C, dtype=np.float64).ravel().tolist()
+        dense = C.toarray() if is_sparse(C) else C  # a sparse C can be dense enough
+        out["dense"] = np.asarray(dense, dtype=np.float64).ravel().tolist()
     if design.noise == "gaussian":  # rows get N(0, 1): rho-zCDP per unit of the metric
         out.update(noise="gaussian", notion="zcdp", rho=float(check_rho(design.rho)))
     return out

@@ -101,7 +101,7 @@ def _uniform_diagonal(C: Mat) -> float | None:
     p, K = C.shape
     if p != K or not is_sparse(C):
         return None
-    S = sp.csr_array(C)
+    S = sp.csr_array(C, copy=True)  # C may be read-only or the caller's: never changed here
     S.eliminate_zeros()
     if S.nnz != K or not np.array_equal(S.indices, np.arange(K)) or \
             not np.array_equal(S.indptr, np.arange(K + 1)):

@@ -19,12 +19,15 @@ def _inputs(kind: str):
     if kind == "line":  # tree basis, sparse C
         U = dp.Universe.from_points(np.arange(10.0)[:, None])
         return U, dp.metrics.Euclidean(0.5), dp.Workload.range_queries(10, count=8, rng=1)
+    if kind == "discrete":  # identity basis, C a sparse scaled identity: 1/3 non-zero, so dense
+        U = dp.Universe.from_points(np.arange(3.0)[:, None])
+        return U, dp.metrics.Discrete(1.0), dp.Workload(np.eye(3)[[k % 3 for k in range(30)]])
     rng = np.random.default_rng(2)  # identity basis, dense C
     U = dp.Universe.from_points(rng.uniform(0, 3, (8, 2)))
     return U, dp.metrics.Euclidean(1.0), dp.Workload(rng.random((3, 8)))
 
 
-@pytest.mark.parametrize("kind", ["line", "plane"])
+@pytest.mark.parametrize("kind", ["line", "plane", "discrete"])
 def test_round_trip_and_schema(kind: str, tmp_path: Path) -> None:
     U, M, W = _inputs(kind)
     sd = dp.design_strategy(W, U, M, rounds=1)
@@ -32,7 +35,7 @@ def test_round_trip_and_schema(kind: str, tmp_path: Path) -> None:
     path = cfg.save(tmp_path / "s.json")
     doc = json.loads(path.read_text())
     assert doc["version"] == 3 and doc["kind"] == "strategy"
-    assert ("dense" in doc["design"]["strategy"]) == (kind == "plane")
+    assert ("dense" in doc["design"]["strategy"]) == (kind != "line")
     schema = json.loads((resources.files("dprivacy") / "schemas"
                          / "mechanism-config.v3.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)

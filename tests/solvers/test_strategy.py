@@ -194,6 +194,34 @@ def test_a_scaled_identity_is_checked_in_closed_form_exactly_as_a_scan(kind):
         cs.scan(uneven.toarray(), np.ones(30)).max_ratio, rel=1e-12)
 
 
+def test_a_read_only_strategy_is_scanned_without_being_changed():
+    """A design's strategy may be read-only (a mechanism's frozen copy) and is the caller's: the
+    closed-form check must neither write to it (scipy refuses: 'WRITEBACKIFCOPY base is
+    read-only') nor drop its stored zeros."""
+    from solvers.strategy import Basis, strategy_scan
+
+    C = sp.csr_array((np.array([1.3, 0.0, 1.3, 1.3]), np.array([0, 1, 1, 2]),
+                      np.array([0, 2, 3, 4])), shape=(3, 3))
+    for a in (C.data, C.indices, C.indptr):
+        a.setflags(write=False)
+    cs = ConstraintSet.dense(np.array([[0.0, 1.0, 2.0], [1.0, 0.0, 1.0], [2.0, 1.0, 0.0]]))
+    ratio, _, _ = strategy_scan(C, Basis.identity(3), cs)
+    assert ratio == pytest.approx(2 * 1.3 / 1.0)
+    assert C.nnz == 4 and C.data[1] == 0.0  # the stored zero is still there
+
+
+def test_a_sparse_query_matrix_is_copied_before_its_duplicates_are_summed():
+    from solvers.operand import as_operand
+
+    F = sp.csc_array((np.array([1.0, 2.0, 3.0]), np.array([0, 0, 1]), np.array([0, 2, 3])),
+                     shape=(2, 2))  # two entries for (0, 0)
+    for a in (F.data, F.indices, F.indptr):
+        a.setflags(write=False)
+    C = as_operand(F, 2, densify_cells=0)
+    assert sp.issparse(C) and C.toarray().tolist() == [[3.0, 0.0], [0.0, 3.0]]
+    assert F.nnz == 3  # the caller's matrix keeps its three stored entries
+
+
 def test_the_objective_value_alone_equals_the_value_with_its_gradient():
     rng = np.random.default_rng(8)
     F = rng.uniform(size=(7, 12))
