@@ -1,7 +1,7 @@
 """Response times through the service do not tell neighbours apart (Fuzz-style deadlines).
 
-Two services on neighbouring datasets are probed alternately (A, B, A, B, ...: whatever load the
-shared machine has hits both alike); a threshold classifier that sees the 40 + 40 response times
+Two services on neighbouring datasets are probed at the same time (a thread each: whatever load
+the shared machine has hits both alike); a threshold classifier that sees the 40 + 40 response times
 must not separate them better than 65 % (best threshold chosen on the same times, as an attacker
 would). Under no leak this best in-sample accuracy exceeds 65 % about 5 % of the time by chance
 (a two-sample Kolmogorov-Smirnov distance above 0.3), so a probe gets three independent
@@ -19,7 +19,7 @@ from ibis import _
 
 from dprivacy.errors import ValidationError
 from dprivacy.remote import connect
-from tests.service.conftest import KEYS, people
+from tests.service.conftest import KEYS, at_once, people
 
 DEADLINE = 0.3
 pytestmark = pytest.mark.slow
@@ -38,16 +38,23 @@ def best_threshold_accuracy(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _times(url_a: str, url_b: str, body: dict, n: int = 40) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` response times of ``body`` on each service, both probed at the same time (a thread
+    and a client each): whatever load the machine has hits both alike, and the two wait for
+    their deadlines together instead of one after the other."""
     h = {"Authorization": f"Bearer {KEYS['alice']}"}
-    out: dict[str, list[float]] = {url_a: [], url_b: []}
-    with httpx.Client(headers=h, timeout=30) as c:
-        for _i in range(n):
-            for url in (url_a, url_b):
+
+    def probe(url: str) -> np.ndarray:
+        out: list[float] = []
+        with httpx.Client(headers=h, timeout=30) as c:
+            for _i in range(n):
                 t0 = time.perf_counter()
                 r = c.post(url + "/v1/query", json=body)
-                out[url].append(time.perf_counter() - t0)
+                out.append(time.perf_counter() - t0)
                 assert r.status_code in (200, 400), r.text
-    return np.array(out[url_a]), np.array(out[url_b])
+        return np.array(out)
+
+    got = at_once({"a": lambda: probe(url_a), "b": lambda: probe(url_b)})
+    return got["a"], got["b"]
 
 
 def _classify(start, ppl_a, ppl_b, make_body, services=None) -> list[float]:
