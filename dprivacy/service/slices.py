@@ -46,29 +46,33 @@ def _calls() -> tuple[object, int, int] | None:
     return libc, nums[0], nums[1]
 
 
-def current_slice() -> int | None:
-    """The calling thread's slice in nanoseconds (``sched_runtime``), or None if the system
+def _get_attr() -> tuple[object, int, _SchedAttr] | None:
+    """(libc, the set call's number, the calling thread's attributes), or None if the system
     does not say."""
     calls = _calls()
     if calls is None:
         return None
-    libc, _set, get = calls
+    libc, set_, get = calls
     attr = _SchedAttr()
     if libc.syscall(get, 0, ctypes.byref(attr), ctypes.sizeof(attr), 0) != 0:  # type: ignore[attr-defined]
         return None
-    return int(attr.sched_runtime)
+    return libc, set_, attr
+
+
+def current_slice() -> int | None:
+    """The calling thread's slice in nanoseconds (``sched_runtime``), or None if the system
+    does not say."""
+    got = _get_attr()
+    return None if got is None else int(got[2].sched_runtime)
 
 
 def set_slice(ns: int = SHORT_SLICE_NS) -> bool:
     """Ask for a slice of ``ns`` nanoseconds for the calling thread, keeping its policy and
     nice value (only for ``SCHED_OTHER``). True if the system granted it."""
-    calls = _calls()
-    if calls is None:
+    got = _get_attr()
+    if got is None:
         return False
-    libc, set_, get = calls
-    attr = _SchedAttr()
-    if libc.syscall(get, 0, ctypes.byref(attr), ctypes.sizeof(attr), 0) != 0:  # type: ignore[attr-defined]
-        return False
+    libc, set_, attr = got
     if attr.sched_policy != 0:  # not SCHED_OTHER: left alone
         return False
     attr.size = ctypes.sizeof(attr)
