@@ -71,11 +71,6 @@ def _serve(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config)
     app = create_app(cfg)
-    # everything built so far lives as long as the service: out of the garbage collector, so
-    # that a full collection in the event loop (which releases every analyst's answers) scans
-    # only the objects created since, not the engine's modules (about 0.1 s otherwise)
-    gc.collect()
-    gc.freeze()
     print(f"dprivacy serve: {len(cfg.sources)} source(s), {len(cfg.analysts)} analyst(s), "
           f"state in {cfg.state_dir}, on http://{args.host}:{args.port}", flush=True)
     config = uvicorn.Config(app, log_level="warning", access_log=False, http=stamped_protocol())
@@ -83,6 +78,12 @@ def _serve(args: argparse.Namespace) -> int:
     # the application's middleware built (a health check through it) before the socket listens
     config.load()
     warm_up(config.loaded_app)
+    # everything built so far (the engine's modules, uvicorn's, the application and what its
+    # first request built) lives as long as the service: out of the garbage collector, so that a
+    # full collection in the event loop (which releases every analyst's answers) scans only the
+    # objects created since (about 0.1 s otherwise)
+    gc.collect()
+    gc.freeze()
     sock = listening_socket(args.host, args.port)
     server = uvicorn.Server(config)
     # this thread runs the event loop (arrivals, releases): the shortest scheduler slice, so
