@@ -4,7 +4,8 @@ A Parquet file of ``--rows`` records (pid, age 0-89, zone 0-49, x ~ U[0,1]) is s
 source ``pinq`` (each analyst's budget 1e9, a d_X release universe over the 90 ages) and a ProPer
 source ``proper`` (personal budgets 1e9) by ``python -m dprivacy serve`` in a subprocess (so that
 it can be killed). ``--analysts`` analysts each keep ONE request outstanding (their share) and
-cycle, in a seeded random order, through five queries:
+cycle, in a seeded random order, through five queries, each analyst's client in a process of
+its own (as a remote analyst's is):
 
 * ``pinq_count`` / ``proper_count``: ``where(x > 0.5).noisy_count(eps)``;
 * ``pinq_grouped`` / ``proper_grouped``: ``count_by(zone in 0..59, eps)`` (one request; ten of
@@ -13,11 +14,11 @@ cycle, in a seeded random order, through five queries:
 
 Phase ``steady`` runs them for ``--duration`` seconds. Phase ``flood`` runs them again while
 analyst a0 also sends ``--flood`` times its share: a request every deadline/flood seconds,
-whatever the answers (open loop), from a process of its own (so that its threads do not slow
-the other analysts' clients), started with its imports done before the phase begins; every
-analyst's HTTP client is built and connected before the phase too, so that no client's set-up
-is counted in a request's time. Halfway through the flood the server is killed with SIGKILL and
-restarted on the same state; requests in flight then fail on the client's side.
+whatever the answers (open loop), from a process of its own too. Every client process is
+started, with its imports done and its connection open, before the phase begins, so that no
+client's set-up is counted in a request's time. Halfway through the flood the server is
+killed with SIGKILL and restarted on the same state; requests in flight then fail on the
+client's side.
 
 Reported per phase and analyst: answers, how many look real (a count above rows/4: the default
 answer of an overrun query is noise around 0), lateness = response time − the query's deadline
@@ -31,9 +32,11 @@ service writes its own arrival stamp, deadline and release time of every query
 (``DPRIVACY_SERVICE_TRACE``), and each answer's lateness is split into the client's send to the
 arrival stamp (itself split into ``client``: until the client begins to write the request's
 bytes, and ``wire``: from there to the arrival stamp, the kernel and the service's event loop),
-the service's release after its deadline and the response's delivery (every answer's parts in
-``_stages.csv``). The CPU seconds the benchmark's own clients use in each phase (this
-process's analysts and memory sampler, the flooder's process) are reported with the phase. The
+the service's release after its deadline, the release to the moment the service wrote the
+response's bytes to its socket (``respond``) and from there to the client's receipt
+(``delivery``; every answer's parts in ``_stages.csv``). The CPU seconds the benchmark's own
+clients use in each phase (the analysts' processes, the flooder's; this process's memory
+sampler) are reported with the phase. The
 service's memory: the peak proportional set size (PSS) of its process tree (the service, its
 fork server, the workers and the deciders), sampled every 5 s.
 
@@ -312,60 +315,47 @@ class Load:
         self.stop = threading.Event()
         self.killed_at = float("inf")  # time.monotonic() of the kill
         self.flooder_cpu_s = float("nan")
+        self.clients_cpu_s = 0.0  # the analysts' client processes, this phase
         self.seed = seed
 
     def one(self, client: Any, analyst: str, kind: str, phase: str, role: str
             ) -> tuple[int, float]:
         """Send one request and record it; (HTTP status or -1, Retry-After seconds)."""
-        import httpx
+        r = _send(client, self.body[kind])
+        self.record(r["start"], r["seconds"], r["status"], r["value"], analyst, kind, phase,
+                    role, r["sent"])
+        return r["status"], r["retry"]
 
-        sent: list[float] = []
+    def analyst(self, analyst: str, phase: str) -> Any:
+        """The analyst's client, in a process of its own (as a remote analyst's is: no other
+        analyst's client shares its interpreter, so its receipt stamps are not held behind
+        theirs): started, its imports done and its connection opened now, before the phase; it
+        sends from ``go()`` until the phase stops (run that in a thread)."""
+        import multiprocessing as mp
 
-        def trace(event: str, info: Any) -> None:  # the moment its bytes start to be written
-            if event == "http11.send_request_headers.started":
-                sent.append(time.monotonic())
+        ctx = mp.get_context("spawn")
+        out = ctx.Queue()
+        stop, ready, start = ctx.Event(), ctx.Event(), ctx.Event()
+        p = ctx.Process(target=_analyst_process, args=(
+            self.server.url, self.keys[analyst], self.body, f"{self.seed}-{analyst}-{phase}",
+            stop, out, ready, start), daemon=True)
+        p.start()
+        if not ready.wait(300):
+            raise RuntimeError(f"the client process of {analyst} did not start")
 
-        req = client.build_request("POST", "/v1/query", content=self.body[kind],
-                                   extensions={"trace": trace})
-        t0 = time.monotonic()  # the request is built: its sending starts now
-        status, value, retry = -1, None, 0.0
-        try:
-            r = client.send(req)
-            status = r.status_code
-            if status == 200:
-                value = r.json()["value"]
-            elif status in (429, 503):
-                try:
-                    retry = float(r.headers.get("retry-after", 0.1))
-                except ValueError:
-                    retry = 0.1
-        except httpx.HTTPError:
-            status = -1
-        took = time.monotonic() - t0
-        self.record(t0, took, status, value, analyst, kind, phase, role,
-                    sent[0] if sent else float("nan"))
-        return status, retry
+        def go() -> None:
+            start.set()
+            self.stop.wait()
+            stop.set()
+            recs, cpu = out.get(timeout=900)
+            p.join(timeout=60)
+            with self.lock:
+                self.clients_cpu_s += cpu
+            for r in recs:
+                self.record(r["start"], r["seconds"], r["status"], r["value"], analyst,
+                            r["kind"], phase, "share", r["sent"])
 
-    def client(self, analyst: str) -> Any:
-        """The analyst's HTTP client, its connection opened (a health check): built before a
-        phase starts, so that no client's set-up (its TLS defaults, its first connection) is
-        counted in a request's time."""
-        return _connected_client(self.server.url, self.keys[analyst])
-
-    def analyst(self, analyst: str, phase: str, client: Any) -> None:
-        rng = random.Random(f"{self.seed}-{analyst}-{phase}")
-        with contextlib.closing(client):
-            order = list(KINDS)
-            while not self.stop.is_set():
-                rng.shuffle(order)
-                for kind in order:
-                    if self.stop.is_set():
-                        return
-                    st, retry = self.one(client, analyst, kind, phase, "share")
-                    if st == -1:
-                        time.sleep(0.2)  # the server is down: retry until it is back
-                    elif st in (429, 503):  # its lane is taken (by the flood): as told
-                        time.sleep(min(max(retry, 0.01), 10.0))
+        return go
 
     def flooder(self, analyst: str, phase: str, factor: int) -> Any:
         """The flooding analyst, in a process of its own (its many threads must not slow the
@@ -411,6 +401,76 @@ class Load:
                "while_down": status == -1 and t0 >= self.killed_at}
         with self.lock:
             self.records.append(rec)
+
+
+def _send(client: Any, body: bytes) -> dict[str, Any]:
+    """POST one query; its start and ``sent`` (when its bytes began to be written) stamps,
+    seconds to the receipt, status (-1: no response), value and Retry-After seconds."""
+    import httpx
+
+    sent: list[float] = []
+
+    def trace(event: str, info: Any) -> None:  # the moment its bytes start to be written
+        if event == "http11.send_request_headers.started":
+            sent.append(time.monotonic())
+
+    req = client.build_request("POST", "/v1/query", content=body,
+                               extensions={"trace": trace})
+    t0 = time.monotonic()  # the request is built: its sending starts now
+    status, value, retry = -1, None, 0.0
+    try:
+        r = client.send(req)
+        took = time.monotonic() - t0  # the receipt: before the body is decoded
+        status = r.status_code
+        if status == 200:
+            value = r.json()["value"]
+        elif status in (429, 503):
+            try:
+                retry = float(r.headers.get("retry-after", 0.1))
+            except ValueError:
+                retry = 0.1
+    except httpx.HTTPError:
+        took = time.monotonic() - t0
+        status = -1
+    return {"start": t0, "seconds": took, "status": status, "value": value, "retry": retry,
+            "sent": sent[0] if sent else float("nan")}
+
+
+def _analyst_process(url: str, key: str, body: dict[str, bytes], seed: str, stop: Any,
+                     out: Any, ready: Any, start: Any) -> None:
+    """One analyst's client process: once ``start`` is set, sends the kinds in a seeded
+    random order, one request at a time, until ``stop`` (after a refusal at admission it
+    waits as told, after a failure 0.2 s); puts its records and CPU seconds on ``out``."""
+    import resource
+
+    with contextlib.suppress(ImportError):
+        # a remote analyst's client has a machine of its own: here it shares the service's,
+        # so it asks for the scheduler's shortest slice (as the service's event loop does), and
+        # a receipt is not held behind the service's workers
+        from dprivacy.service.slices import set_slice
+
+        set_slice()
+    client = _connected_client(url, key)
+    ready.set()
+    start.wait()
+    cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+    rng = random.Random(seed)
+    recs: list[dict[str, Any]] = []
+    order = list(KINDS)
+    with contextlib.closing(client):
+        while not stop.is_set():
+            rng.shuffle(order)
+            for kind in order:
+                if stop.is_set():
+                    break
+                r = _send(client, body[kind])
+                recs.append({**r, "kind": kind})
+                if r["status"] == -1:
+                    time.sleep(0.2)  # the server is down: retry until it is back
+                elif r["status"] in (429, 503):  # its lane is taken (by the flood): as told
+                    time.sleep(min(max(r["retry"], 0.01), 10.0))
+    cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+    out.put((recs, cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime))
 
 
 def _connected_client(url: str, key: str, connections: int = 1) -> Any:
@@ -529,8 +589,9 @@ def run_phase(load: Load, phase: str, analysts: list[str], duration: float, floo
     import resource
 
     load.stop.clear()
-    threads = [threading.Thread(target=load.analyst, args=(a, phase, load.client(a)))
-               for a in analysts]
+    # every client's process started and connected before the phase
+    threads = [threading.Thread(target=load.analyst(a, phase)) for a in analysts]
+    load.clients_cpu_s = 0.0
     if flood:  # its process started (and its imports done) before the phase
         threads.append(threading.Thread(target=load.flooder(analysts[0], phase, flood)))
     over0, rest0 = load.server.overruns(), load.server.restarting()
@@ -552,10 +613,11 @@ def run_phase(load: Load, phase: str, analysts: list[str], duration: float, floo
     for t in threads:
         t.join()
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
-    # the benchmark's own CPU: the analysts' clients (and the memory sampler) in this process,
-    # the flooder's process
-    info["clients_cpu_s"] = round(cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime
-                                  - cpu0.ru_stime, 2)
+    # the benchmark's own CPU: the analysts' client processes, this process (the memory
+    # sampler), the flooder's process
+    info["clients_cpu_s"] = round(load.clients_cpu_s, 2)
+    info["bench_cpu_s"] = round(cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime
+                                - cpu0.ru_stime, 2)
     if flood:
         info["flooder_cpu_s"] = round(load.flooder_cpu_s, 2)
     info["overruns"] = load.server.overruns() - over0
@@ -692,7 +754,8 @@ def stages(trace: Path, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     request matched to the service's own record of it (``DPRIVACY_SERVICE_TRACE``), lateness =
     ``arrival`` (client's send to the service's arrival stamp) + ``deadline_diff`` (the
     service's deadline minus the one computed here) + ``release`` (the service's release minus
-    its deadline) + ``delivery`` (release to the client's receipt), in ms."""
+    its deadline) + ``respond`` (the release to the moment the service wrote the response's
+    bytes to its socket) + ``delivery`` (from there to the client's receipt), in ms."""
     if not trace.exists():
         return pd.DataFrame(), pd.DataFrame()
     tr = pd.DataFrame([json.loads(x) for x in trace.read_text().splitlines() if x.strip()])
@@ -711,13 +774,15 @@ def stages(trace: Path, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
                      "late": r.seconds - r.deadline, "arrival": rec.arrived - r.start,
                      "client": r.sent - r.start, "wire": rec.arrived - r.sent,
                      "deadline_diff": (rec.deadline - rec.arrived) - r.deadline,
-                     "release": rec.released - rec.deadline, "delivery": r.end - rec.released})
+                     "release": rec.released - rec.deadline,
+                     "respond": getattr(rec, "written", rec.released) - rec.released,
+                     "delivery": r.end - getattr(rec, "written", rec.released)})
     m = pd.DataFrame(rows)
     out = []
     for phase in ("steady", "flood"):
         g = m[(m.phase == phase) & (m.analyst != "a0")] if len(m) else m
         for comp in ("late", "arrival", "client", "wire", "deadline_diff", "release",
-                     "delivery"):
+                     "respond", "delivery"):
             if len(g):
                 v = 1e3 * g[comp].to_numpy()
                 out.append({"phase": phase, "component": comp, "n": len(v),
@@ -924,8 +989,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                          "arrival (send to the service's arrival stamp; = client, until the "
                          "client begins to write the request, + wire, from there to the "
                          "arrival stamp) + deadline_diff + "
-                         "release (the service's release minus its deadline) + delivery "
-                         "(release to receipt).\n\n")
+                         "release (the service's release minus its deadline) + respond "
+                         "(release to the response's bytes written to the socket) + delivery "
+                         "(written to the client's receipt).\n\n")
                 fh.write(_markdown(parts, "{:.2f}") + "\n\n")
             fh.write("## Budgets: charges against the ledgers\n\n")
             fh.write(_markdown(aud, "{:.4f}") + "\n\n")

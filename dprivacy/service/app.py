@@ -43,7 +43,7 @@ from fastapi.responses import JSONResponse
 from dprivacy.service.auth import authenticate
 from dprivacy.service.config import AnalystConfig, ServiceConfig
 from dprivacy.service.decide import no_source as _no_source
-from dprivacy.service.runner import Runner
+from dprivacy.service.runner import Outcome, Runner
 from dprivacy.service.workbound import deadline_seconds
 
 __all__ = ["create_app", "stamped_protocol"]
@@ -87,19 +87,38 @@ def stamped_protocol() -> type:
 class _Arrival:
     """The outermost ASGI middleware: stamps ``scope["state"]["arrived"]``
     (``time.monotonic()``) when the request's task first runs, unless the HTTP protocol
-    stamped it when its headers were read (:func:`stamped_protocol`)."""
+    stamped it when its headers were read (:func:`stamped_protocol`); and calls
+    ``scope["state"]["trace"]`` (set for a traced query) with the moment its response's last
+    bytes were written to the transport."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            scope.setdefault("state", {}).setdefault("arrived", time.monotonic())
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        state = scope.setdefault("state", {})
+        state.setdefault("arrived", time.monotonic())
+
+        async def sent(message: Any) -> None:
+            await send(message)
+            # the owner's trace of a query: when its response's last bytes were written
+            if message["type"] == "http.response.body" and not message.get("more_body") \
+                    and "trace" in state:
+                state.pop("trace")(time.monotonic())
+
+        await self.app(scope, receive, sent)
 
 
 def _arrived(request: Request) -> float:
     return float(request.scope.get("state", {}).get("arrived", time.monotonic()))
+
+
+def _error_response(exc: _Refusal) -> JSONResponse:
+    """A refusal's response: one JSON line ``{"error", "message"}`` with its status."""
+    return JSONResponse({"error": exc.error, "message": one_line(exc.message)},
+                        status_code=exc.status, headers=exc.headers)
 
 
 def _json_value(v: Any) -> Any:
@@ -127,8 +146,7 @@ def create_app(cfg: ServiceConfig, runner: Runner | None = None) -> Any:
 
     @app.exception_handler(_Refusal)
     async def _refused(request: Request, exc: _Refusal) -> JSONResponse:
-        return JSONResponse({"error": exc.error, "message": one_line(exc.message)},
-                            status_code=exc.status, headers=exc.headers)
+        return _error_response(exc)
 
     def who(request: Request) -> AnalystConfig:
         a = authenticate(request.headers.get("authorization"), cfg.analysts)
@@ -238,8 +256,14 @@ def create_app(cfg: ServiceConfig, runner: Runner | None = None) -> Any:
             raise lane_full(a, float(out[1]))
         return {"remaining": out[1]}
 
-    @app.post("/v1/query")
-    async def query(request: Request) -> dict[str, Any]:
+    def _response(out: Outcome) -> JSONResponse:
+        """The query's response, built at its cutoff (before the deadline)."""
+        if out.error is not None:
+            return _error_response(refused(out.error))
+        return JSONResponse({"value": _json_value(out.value)})
+
+    @app.post("/v1/query", response_model=None)
+    async def query(request: Request) -> JSONResponse:
         arrived = _arrived(request)
         a = who(request)
         wait = run.lanes.busy_for(a.name, arrived)
@@ -257,9 +281,10 @@ def create_app(cfg: ServiceConfig, runner: Runner | None = None) -> Any:
         wait = run.lanes.admit(a.name, arrived, deadline)
         if wait > 0:
             raise lane_full(a, wait)
-        out = await run.query(a.name, token, raw, arrived, deadline)
-        if out.error is not None:
-            raise refused(out.error)
-        return {"value": _json_value(out.value)}
+        out = await run.query(a.name, token, raw, arrived, deadline, render=_response)
+        if out.trace is not None:  # completed when the response is written (_Arrival)
+            rec = out.trace
+            request.scope["state"]["trace"] = lambda at: run.trace_written(rec, at)
+        return out.response
 
     return app

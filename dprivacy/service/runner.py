@@ -17,7 +17,8 @@ service does two things at once, each in a process of the analyst's own:
 
 **The release.** Every query's coroutine sleeps until its *cutoff* (``RELEASE_MARGIN`` before
 the deadline), then chooses: the decision's refusal, or else the worker's real answer if it is
-there, or else the decided default; then it sleeps until the deadline and the answer is sent.
+there, or else the decided default, and builds the response's bytes; then it sleeps until the
+deadline and the response is written.
 The worker's answer is handed over on a thread and never wakes the event loop, and what an
 overrun causes (the worker's kill, the log line, the replacement) happens after the release: every
 path (answer, refusal, overrun) wakes at the same two moments and does the same work
@@ -39,9 +40,9 @@ while its analyst's worker was still restarting after an overrun (it is sent not
 default is released) in ``Runner.restarting``.
 
 Set the environment variable ``DPRIVACY_SERVICE_TRACE`` to a file name to have the service
-append one JSON line per answered query (analyst, arrival, cutoff, deadline and release on the
-system's monotonic clock, and whether the default was released): the owner's view of the
-release times (benchmarks).
+append one JSON line per answered query (analyst, arrival, cutoff, deadline, release and the
+moment the response's bytes were written to the socket, on the system's monotonic clock, and
+whether the default was released): the owner's view of the release times (benchmarks).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +62,7 @@ from dprivacy.service.calibrate import calibrated
 from dprivacy.service.config import ServiceConfig
 from dprivacy.service.deciders import DeciderProcess
 from dprivacy.service.lanes import Lanes
+from dprivacy.service.slices import set_slice
 from dprivacy.service.sources import open_source, public_schema, releases_of
 from dprivacy.service.workers import LaneWorker
 
@@ -87,6 +90,11 @@ class Outcome:
     value: Any = None
     error: tuple[Any, ...] | None = None
     default: bool = False
+    #: what ``render`` made of the outcome at the cutoff (the response to send at the deadline)
+    response: Any = None
+    #: the owner's trace record of the query (``DPRIVACY_SERVICE_TRACE``), completed with the
+    #: moment the response's bytes were written and then appended (:meth:`Runner.trace_written`)
+    trace: dict[str, Any] | None = None
 
 
 class OwnerHandles:
@@ -149,10 +157,15 @@ class Runner:
         self.deciders = {a.name: DeciderProcess(cfg, a.name, schemas, self.releases)
                          for a in cfg.analysts}
         self.lanes = Lanes([a.name for a in cfg.analysts])
-        self._lane = {a.name: ThreadPoolExecutor(1, thread_name_prefix=f"dp-lane-{a.name}"[:15])
+        # the threads that wait on the analysts' pipes run for moments while holding the
+        # interpreter lock the event loop needs: the shortest slice, so that a wake-up of one
+        # preempts a worker at once and it cannot be descheduled for long while holding it
+        self._lane = {a.name: ThreadPoolExecutor(1, thread_name_prefix=f"dp-lane-{a.name}"[:15],
+                                                 initializer=set_slice)
                       for a in cfg.analysts}
         self._dispatch = {a.name: ThreadPoolExecutor(
-            1, thread_name_prefix=f"dp-run-{a.name}"[:15]) for a in cfg.analysts}
+            1, thread_name_prefix=f"dp-run-{a.name}"[:15], initializer=set_slice)
+            for a in cfg.analysts}
         self._owner: OwnerHandles | None = None
         self._stall: dict[str, float] = {}
         self.overruns = 0
@@ -205,9 +218,14 @@ class Runner:
                                                                 op, *args)
 
     async def query(self, analyst: str, token: int, body: bytes, arrived: float,
-                    deadline: float) -> Outcome:
+                    deadline: float, render: Callable[[Outcome], Any] | None = None
+                    ) -> Outcome:
         """Decide and run the admitted query ``token`` (its ``body`` was bounded by the
-        analyst's decider as ``token``); returns at ``deadline`` (``time.monotonic()``)."""
+        analyst's decider as ``token``); returns at ``deadline`` (``time.monotonic()``).
+
+        ``render(outcome)``, if given, is called at the cutoff on every path and its result
+        kept as ``outcome.response``: the response (its bytes) is built before the deadline,
+        so that at the deadline it only has to be written."""
         loop = asyncio.get_running_loop()
         cutoff = deadline - min(RELEASE_MARGIN, 0.1 * max(0.0, deadline - arrived))
         worker = self.workers[analyst]
@@ -230,6 +248,8 @@ class Runner:
             out = Outcome(value=got[1])
         else:
             out = Outcome(value=decided[1], default=True)
+        if render is not None:
+            out.response = render(out)
         await _until(deadline)
         released = time.monotonic()
         # after the release: the replacement of a killed worker, and the owner's log line
@@ -240,11 +260,18 @@ class Runner:
             self.restarting += got is not None and got[0] == "starting"
             loop.call_later(_AFTER_RELEASE, _log_default, analyst, got)
         if self._trace is not None:
-            loop.call_later(_AFTER_RELEASE, self._write_trace, {
-                "analyst": analyst, "arrived": arrived, "cutoff": cutoff, "deadline": deadline,
-                "released": released, "default": out.default,
-                "refused": out.error is not None})
+            out.trace = {"analyst": analyst, "arrived": arrived, "cutoff": cutoff,
+                         "deadline": deadline, "released": released, "default": out.default,
+                         "refused": out.error is not None}
         return out
+
+    def trace_written(self, rec: dict[str, Any], written: float) -> None:
+        """The response of the query traced as ``rec`` was written to its socket at
+        ``written`` (``time.monotonic()``): the record is appended to the trace file a little
+        later (after every answer released at the same moment is sent)."""
+        if self._trace is not None:
+            rec["written"] = written
+            asyncio.get_running_loop().call_later(_AFTER_RELEASE, self._write_trace, rec)
 
     def _write_trace(self, rec: dict[str, Any]) -> None:
         if self._trace is not None:

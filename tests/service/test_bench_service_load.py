@@ -30,3 +30,7 @@ def test_bench_service_load_quick(tmp_path):
     assert aud.charges_match.all(), aud.to_string()
     assert (aud[aud.source == "pinq"].ledger_spent > 0).all()
     assert (tmp_path / "bench_service_load_quick.md").read_text().count("| a0 |") >= 2
+    # the service's trace says when each response's bytes were written, after its release
+    parts = out["stages"]
+    respond = parts[parts.component == "respond"]
+    assert len(respond) and (respond.n > 0).all() and (respond.median_ms >= 0).all()
