@@ -749,13 +749,69 @@ class Memory(threading.Thread):
                     self.peak_gb, self.procs = gb, n
 
 
-def stages(trace: Path, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+#: the stall probe sleeps this long at a time, and records a wake-up later than this past it
+PROBE_SLEEP, PROBE_RECORD = 0.002, 0.002
+
+
+def _probe_process(stop: Any, out: Any, ready: Any) -> None:
+    """An idle process that does nothing but sleep ``PROBE_SLEEP`` at a time (with the
+    scheduler's shortest slice, like the service's event loop): every wake-up more than
+    ``PROBE_RECORD`` late is a moment when the machine ran no process that wanted to (the
+    service's or a client's alike). Puts [(moment, lateness)] on ``out``."""
+    with contextlib.suppress(ImportError):
+        from dprivacy.service.slices import set_slice
+
+        set_slice()
+    stalls: list[tuple[float, float]] = []
+    ready.set()
+    n = 0
+    while not stop.is_set():
+        t = time.monotonic()
+        time.sleep(PROBE_SLEEP)
+        late = time.monotonic() - t - PROBE_SLEEP
+        n += 1
+        if late > PROBE_RECORD:
+            stalls.append((t + PROBE_SLEEP, late))
+    out.put((stalls, n))
+
+
+class StallProbe:
+    """The idle probe's process (:func:`_probe_process`), running from its construction to
+    ``stop()``; ``stalls`` then holds its late wake-ups (moment, seconds late)."""
+
+    def __init__(self) -> None:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        self._out, self._stop, ready = ctx.Queue(), ctx.Event(), ctx.Event()
+        self._p = ctx.Process(target=_probe_process, args=(self._stop, self._out, ready),
+                              daemon=True)
+        self._p.start()
+        if not ready.wait(300):
+            raise RuntimeError("the stall probe did not start")
+        self.stalls: list[tuple[float, float]] = []
+        self.wakeups = 0
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.stalls, self.wakeups = self._out.get(timeout=120)
+        self._p.join(timeout=30)
+
+    def worst(self, t0: float, t1: float) -> float:
+        """The probe's largest lateness (seconds) of a wake-up due in [t0, t1] (0 if none)."""
+        return max((late for t, late in self.stalls if t0 <= t <= t1), default=0.0)
+
+
+def stages(trace: Path, df: pd.DataFrame, probe: StallProbe | None = None
+           ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Where the lateness comes from, per phase, for the analysts other than a0: each answered
     request matched to the service's own record of it (``DPRIVACY_SERVICE_TRACE``), lateness =
     ``arrival`` (client's send to the service's arrival stamp) + ``deadline_diff`` (the
     service's deadline minus the one computed here) + ``release`` (the service's release minus
     its deadline) + ``respond`` (the release to the moment the service wrote the response's
-    bytes to its socket) + ``delivery`` (from there to the client's receipt), in ms."""
+    bytes to its socket) + ``delivery`` (from there to the client's receipt), in ms; and
+    ``machine_stall``: the idle probe's worst late wake-up (:class:`StallProbe`) from 5 ms
+    before the answer's deadline to its receipt."""
     if not trace.exists():
         return pd.DataFrame(), pd.DataFrame()
     tr = pd.DataFrame([json.loads(x) for x in trace.read_text().splitlines() if x.strip()])
@@ -776,13 +832,16 @@ def stages(trace: Path, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
                      "deadline_diff": (rec.deadline - rec.arrived) - r.deadline,
                      "release": rec.released - rec.deadline,
                      "respond": getattr(rec, "written", rec.released) - rec.released,
-                     "delivery": r.end - getattr(rec, "written", rec.released)})
+                     "delivery": r.end - getattr(rec, "written", rec.released),
+                     # the idle probe's worst late wake-up while this answer was due
+                     "machine_stall": (probe.worst(rec.deadline - 0.005, r.end)
+                                       if probe is not None else np.nan)})
     m = pd.DataFrame(rows)
     out = []
     for phase in ("steady", "flood"):
         g = m[(m.phase == phase) & (m.analyst != "a0")] if len(m) else m
         for comp in ("late", "arrival", "client", "wire", "deadline_diff", "release",
-                     "respond", "delivery"):
+                     "respond", "delivery", "machine_stall"):
             if len(g):
                 v = 1e3 * g[comp].to_numpy()
                 out.append({"phase": phase, "component": comp, "n": len(v),
@@ -927,6 +986,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         server = Server(cfg, _port(), work / "serve.log", work / "trace.jsonl")
         started = server.start()
         memory = Memory(server)
+        probe = StallProbe()
         memory.start()
         print(f"service started in {started:.1f} s", flush=True)
         dl, rule = deadlines(cfg, analysts, body)
@@ -943,10 +1003,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                    None if args.no_kill else args.duration / 2)
         print(f"flood: {infos['flood']}", flush=True)
         memory.done.set()
+        probe.stop()
         server.stop()
         df = pd.DataFrame(load.records)
         summary = summarise(df)
-        parts, per_request = stages(work / "trace.jsonl", df)
+        parts, per_request = stages(work / "trace.jsonl", df, probe)
+        stall_ms = 1e3 * np.array([late for _t, late in probe.stalls])
+        probe_info = {"wakeups": probe.wakeups,
+                      f"late_over_{PROBE_RECORD * 1e3:g}ms": int(stall_ms.size),
+                      "over_5ms": int((stall_ms > 5).sum()),
+                      "over_10ms": int((stall_ms > 10).sum()),
+                      "max_ms": round(float(stall_ms.max()), 1) if stall_ms.size else 0.0}
+        if len(per_request):  # the answers late by more than 10 ms, and the machine then
+            others = per_request[per_request.analyst != "a0"]
+            late = others[others.late > 0.010]
+            probe_info["answers_late_over_10ms"] = int(len(late))
+            probe_info["of_which_probe_stalled_over_5ms"] = int(
+                (late.machine_stall > 0.005).sum())
         aud = audit(work, df, cost, analysts, sum(i["overruns"] for i in infos.values()))
         owner = subprocess.run([sys.executable, "-m", "dprivacy", "budgets", "--config",
                                 str(cfg)], capture_output=True, text=True, timeout=600).stdout
@@ -971,6 +1044,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "pinq_cost": cost, "phases": infos, "service_start_s": started,
                 "service_peak_pss_gb": round(memory.peak_gb, 2),
                 "service_processes": memory.procs,
+                "stall_probe": probe_info,
                 "load_average_start": [round(x, 2) for x in load_start],
                 "load_average_end": [round(x, 2) for x in load_end]}
         with open(out / f"{stem}.md", "w") as fh:
@@ -991,7 +1065,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                          "arrival stamp) + deadline_diff + "
                          "release (the service's release minus its deadline) + respond "
                          "(release to the response's bytes written to the socket) + delivery "
-                         "(written to the client's receipt).\n\n")
+                         "(written to the client's receipt). machine_stall: the worst late "
+                         "wake-up of an idle probe process (it only sleeps 2 ms at a time, "
+                         "with the shortest scheduler slice) from 5 ms before the answer's "
+                         "deadline to its receipt: a stall of the whole machine, which delays "
+                         "the service's and the clients' wake-ups alike.\n\n")
                 fh.write(_markdown(parts, "{:.2f}") + "\n\n")
             fh.write("## Budgets: charges against the ledgers\n\n")
             fh.write(_markdown(aud, "{:.4f}") + "\n\n")
@@ -1001,6 +1079,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if len(parts):
             print(parts.to_string(index=False))
         print(f"service peak PSS {memory.peak_gb:.2f} GB over {memory.procs} processes")
+        print(f"stall probe: {probe_info}")
         print(aud.to_string(index=False))
         print(f"wrote {out / (stem + '.csv')} and .md")
         return {"summary": summary, "audit": aud, "meta": meta, "records": df, "stages": parts}

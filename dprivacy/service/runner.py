@@ -172,6 +172,11 @@ class Runner:
         self.restarting = 0  # defaults released while the analyst's worker was restarting
         trace = os.environ.get("DPRIVACY_SERVICE_TRACE")
         self._trace = open(trace, "a", buffering=1) if trace else None  # noqa: SIM115
+        # the owner's log lines and trace records are written on a thread of their own, never
+        # on the event loop: a write to a file can wait for the file system's journal (tens of
+        # milliseconds while a worker's budget store commits), which would delay the releases
+        self._owner_io = ThreadPoolExecutor(1, thread_name_prefix="dp-owner-io",
+                                            initializer=set_slice)
         until = time.monotonic() + _START_SECONDS
         try:
             procs: list[Any] = [*self.deciders.values(), *self.workers.values()]
@@ -199,6 +204,9 @@ class Runner:
             w.close()
         for d in getattr(self, "deciders", {}).values():
             d.close()
+        owner_io = getattr(self, "_owner_io", None)
+        if owner_io is not None:
+            owner_io.shutdown(wait=True)
         trace = getattr(self, "_trace", None)
         if trace is not None:
             self._trace = None
@@ -258,7 +266,7 @@ class Runner:
         if out.default:
             self.overruns += got is None
             self.restarting += got is not None and got[0] == "starting"
-            loop.call_later(_AFTER_RELEASE, _log_default, analyst, got)
+            loop.call_later(_AFTER_RELEASE, self._owner_io.submit, _log_default, analyst, got)
         if self._trace is not None:
             out.trace = {"analyst": analyst, "arrived": arrived, "cutoff": cutoff,
                          "deadline": deadline, "released": released, "default": out.default,
@@ -271,7 +279,8 @@ class Runner:
         later (after every answer released at the same moment is sent)."""
         if self._trace is not None:
             rec["written"] = written
-            asyncio.get_running_loop().call_later(_AFTER_RELEASE, self._write_trace, rec)
+            asyncio.get_running_loop().call_later(_AFTER_RELEASE, self._owner_io.submit,
+                                                  self._write_trace, rec)
 
     def _write_trace(self, rec: dict[str, Any]) -> None:
         if self._trace is not None:

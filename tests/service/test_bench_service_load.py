@@ -34,3 +34,7 @@ def test_bench_service_load_quick(tmp_path):
     parts = out["stages"]
     respond = parts[parts.component == "respond"]
     assert len(respond) and (respond.n > 0).all() and (respond.median_ms >= 0).all()
+    # the idle stall probe ran through both phases and its worst wake-up is reported per answer
+    probe = out["meta"]["stall_probe"]
+    assert probe["wakeups"] > 1000 and probe["max_ms"] >= 0
+    assert "machine_stall" in set(parts.component)
