@@ -331,49 +331,43 @@ class Load:
         analyst's client shares its interpreter, so its receipt stamps are not held behind
         theirs): started, its imports done and its connection opened now, before the phase; it
         sends from ``go()`` until the phase stops (run that in a thread)."""
-        import multiprocessing as mp
 
-        ctx = mp.get_context("spawn")
-        out = ctx.Queue()
-        stop, ready, start = ctx.Event(), ctx.Event(), ctx.Event()
-        p = ctx.Process(target=_analyst_process, args=(
-            self.server.url, self.keys[analyst], self.body, f"{self.seed}-{analyst}-{phase}",
-            stop, out, ready, start), daemon=True)
-        p.start()
-        if not ready.wait(300):
-            raise RuntimeError(f"the client process of {analyst} did not start")
-
-        def go() -> None:
-            start.set()
-            self.stop.wait()
-            stop.set()
-            recs, cpu = out.get(timeout=900)
-            p.join(timeout=60)
+        def got_cpu(cpu: float) -> None:
             with self.lock:
                 self.clients_cpu_s += cpu
-            for r in recs:
-                self.record(r["start"], r["seconds"], r["status"], r["value"], analyst,
-                            r["kind"], phase, "share", r["sent"])
 
-        return go
+        return self._client_process(_analyst_process, (
+            self.server.url, self.keys[analyst], self.body, f"{self.seed}-{analyst}-{phase}"),
+            f"the client process of {analyst}", analyst, phase, "share", got_cpu)
 
     def flooder(self, analyst: str, phase: str, factor: int) -> Any:
         """The flooding analyst, in a process of its own (its many threads must not slow the
-        other analysts' clients in this one): open loop, a request every deadline/factor.
-        The process is started (and its imports done) now, before the phase; it sends from
-        ``go()`` until the phase stops (run that in a thread)."""
+        other analysts' clients): open loop, a request every deadline/factor. The process is
+        started (and its imports done) now, before the phase; it sends from ``go()`` until the
+        phase stops (run that in a thread)."""
+        period = min(self.dl[(analyst, k)] for k in KINDS) / factor
+
+        def got_cpu(cpu: float) -> None:
+            self.flooder_cpu_s = cpu
+
+        return self._client_process(_flood_process, (
+            self.server.url, self.keys[analyst], self.body, period, 4 * factor,
+            f"{self.seed}-flood"), "the flooding process", analyst, phase, "flood", got_cpu)
+
+    def _client_process(self, target: Any, args: tuple[Any, ...], what: str, analyst: str,
+                        phase: str, role: str, got_cpu: Any) -> Any:
+        """Start ``target(*args, stop, out, ready, start)`` in a process and wait until it is
+        ready; returns ``go()``, which starts it sending, waits for the phase to stop, then
+        records what it sent (as ``role``) and passes its CPU seconds to ``got_cpu``."""
         import multiprocessing as mp
 
-        period = min(self.dl[(analyst, k)] for k in KINDS) / factor
         ctx = mp.get_context("spawn")
         out = ctx.Queue()
         stop, ready, start = ctx.Event(), ctx.Event(), ctx.Event()
-        p = ctx.Process(target=_flood_process, args=(
-            self.server.url, self.keys[analyst], self.body, period, 4 * factor,
-            f"{self.seed}-flood", stop, out, ready, start), daemon=True)
+        p = ctx.Process(target=target, args=(*args, stop, out, ready, start), daemon=True)
         p.start()
         if not ready.wait(300):
-            raise RuntimeError("the flooding process did not start")
+            raise RuntimeError(f"{what} did not start")
 
         def go() -> None:
             start.set()
@@ -381,10 +375,10 @@ class Load:
             stop.set()
             recs, cpu = out.get(timeout=900)
             p.join(timeout=60)
-            self.flooder_cpu_s = cpu
+            got_cpu(cpu)
             for r in recs:
                 self.record(r["start"], r["seconds"], r["status"], r["value"], analyst,
-                            r["kind"], phase, "flood")
+                            r["kind"], phase, role, r.get("sent", float("nan")))
 
         return go
 
