@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -44,7 +45,7 @@ from dprivacy.service.auth import authenticate
 from dprivacy.service.config import AnalystConfig, ServiceConfig
 from dprivacy.service.decide import no_source as _no_source
 from dprivacy.service.runner import Outcome, Runner
-from dprivacy.service.workbound import deadline_seconds
+from dprivacy.service.workbound import cpu_fractions, deadline_seconds
 
 __all__ = ["create_app", "stamped_protocol"]
 
@@ -87,12 +88,14 @@ def stamped_protocol() -> type:
 class _Arrival:
     """The outermost ASGI middleware: stamps ``scope["state"]["arrived"]``
     (``time.monotonic()``) when the request's task first runs, unless the HTTP protocol
-    stamped it when its headers were read (:func:`stamped_protocol`); and calls
-    ``scope["state"]["trace"]`` (set for a traced query) with the moment its response's last
-    bytes were written to the transport."""
+    stamped it when its headers were read (:func:`stamped_protocol`). If the service traces
+    its queries, ``written(record, moment)`` is called with a query's trace record
+    (``scope["state"]["trace"]``) and the moment its response's last bytes were written to the
+    transport; otherwise the response is sent untouched."""
 
-    def __init__(self, app: Any) -> None:
-        self.app = app
+    def __init__(self, app: Any, written: Callable[[dict[str, Any], float], None] | None = None
+                 ) -> None:
+        self.app, self.written = app, written
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -100,13 +103,17 @@ class _Arrival:
             return
         state = scope.setdefault("state", {})
         state.setdefault("arrived", time.monotonic())
+        written = self.written
+        if written is None:
+            await self.app(scope, receive, send)
+            return
 
         async def sent(message: Any) -> None:
             await send(message)
-            # the owner's trace of a query: when its response's last bytes were written
-            if message["type"] == "http.response.body" and not message.get("more_body") \
-                    and "trace" in state:
-                state.pop("trace")(time.monotonic())
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                rec = state.pop("trace", None)
+                if rec is not None:
+                    written(rec, time.monotonic())
 
         await self.app(scope, receive, sent)
 
@@ -131,18 +138,22 @@ def _json_value(v: Any) -> Any:
     return v
 
 
-def create_app(cfg: ServiceConfig, runner: Runner | None = None) -> Any:
+def create_app(cfg: ServiceConfig, runner: Runner | None = None, realtime: bool = False
+               ) -> Any:
     """The FastAPI application serving ``cfg`` (opens every source and ledger now).
 
     Parameters:
         cfg: the configuration (see :mod:`dprivacy.service.config`).
         runner: an existing :class:`~dprivacy.service.runner.Runner` (tests); None builds one.
+        realtime: the runner built here gives its threads real-time priority where the system
+            allows it (:mod:`dprivacy.service.realtime`; ``dprivacy serve`` does).
     """
-    run = runner if runner is not None else Runner(cfg)
+    run = runner if runner is not None else Runner(cfg, realtime=realtime)
     cfg = run.cfg  # with the costs measured at start, if the configuration asks for it
     app = FastAPI(title="dprivacy", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.runner = run
-    app.add_middleware(_Arrival)
+    fractions = cpu_fractions(cfg)  # the analysts' CPU fractions, once (not at each query)
+    app.add_middleware(_Arrival, written=run.trace_written if run.traced else None)
 
     @app.exception_handler(_Refusal)
     async def _refused(request: Request, exc: _Refusal) -> JSONResponse:
@@ -277,14 +288,13 @@ def create_app(cfg: ServiceConfig, runner: Runner | None = None) -> Any:
                 await held(arrived)
             raise
         deadline = arrived + deadline_seconds(cfg, a.name, bound, set(names), release=release,
-                                              body_bytes=len(raw))
+                                              body_bytes=len(raw), fractions=fractions)
         wait = run.lanes.admit(a.name, arrived, deadline)
         if wait > 0:
             raise lane_full(a, wait)
         out = await run.query(a.name, token, raw, arrived, deadline, render=_response)
         if out.trace is not None:  # completed when the response is written (_Arrival)
-            rec = out.trace
-            request.scope["state"]["trace"] = lambda at: run.trace_written(rec, at)
+            request.scope["state"]["trace"] = out.trace
         return out.response
 
     return app

@@ -62,6 +62,7 @@ from dprivacy.service.calibrate import calibrated
 from dprivacy.service.config import ServiceConfig
 from dprivacy.service.deciders import DeciderProcess
 from dprivacy.service.lanes import Lanes
+from dprivacy.service.realtime import Guard
 from dprivacy.service.slices import set_slice
 from dprivacy.service.sources import open_source, public_schema, releases_of
 from dprivacy.service.workers import LaneWorker
@@ -143,9 +144,15 @@ async def _until(moment: float) -> None:
 class Runner:
     """The service's threads and the analysts' processes: per analyst, a decider process
     (parsing, bounds, decisions, schemas, budgets) asked from a lane thread, and a worker
-    process (real queries) asked from a dispatch thread; those threads only wait on pipes."""
+    process (real queries) asked from a dispatch thread; those threads only wait on pipes.
 
-    def __init__(self, cfg: ServiceConfig) -> None:
+    ``realtime``: the release path's threads (the event loop, which calls
+    ``runner.guard.enter()`` itself, and the lane, dispatch and owner's threads) ask for
+    real-time priority, within the CPU cap of :class:`~dprivacy.service.realtime.Guard`
+    (``dprivacy serve``); otherwise (a service in a thread of another program) they only ask
+    for the shortest fair slice."""
+
+    def __init__(self, cfg: ServiceConfig, realtime: bool = False) -> None:
         # the event loop takes the interpreter lock from a waking thread within a millisecond
         sys.setswitchinterval(min(sys.getswitchinterval(), 0.001))
         self.cfg = cfg = calibrated(cfg)
@@ -157,14 +164,16 @@ class Runner:
         self.deciders = {a.name: DeciderProcess(cfg, a.name, schemas, self.releases)
                          for a in cfg.analysts}
         self.lanes = Lanes([a.name for a in cfg.analysts])
+        self.guard: Guard | None = Guard() if realtime else None
+        enter = self.guard.enter if self.guard is not None else set_slice
         # the threads that wait on the analysts' pipes run for moments while holding the
-        # interpreter lock the event loop needs: the shortest slice, so that a wake-up of one
-        # preempts a worker at once and it cannot be descheduled for long while holding it
+        # interpreter lock the event loop needs: real time (or the shortest slice), so that a
+        # wake-up of one preempts a worker at once and it is not descheduled while holding it
         self._lane = {a.name: ThreadPoolExecutor(1, thread_name_prefix=f"dp-lane-{a.name}"[:15],
-                                                 initializer=set_slice)
+                                                 initializer=enter)
                       for a in cfg.analysts}
         self._dispatch = {a.name: ThreadPoolExecutor(
-            1, thread_name_prefix=f"dp-run-{a.name}"[:15], initializer=set_slice)
+            1, thread_name_prefix=f"dp-run-{a.name}"[:15], initializer=enter)
             for a in cfg.analysts}
         self._owner: OwnerHandles | None = None
         self._stall: dict[str, float] = {}
@@ -176,7 +185,7 @@ class Runner:
         # on the event loop: a write to a file can wait for the file system's journal (tens of
         # milliseconds while a worker's budget store commits), which would delay the releases
         self._owner_io = ThreadPoolExecutor(1, thread_name_prefix="dp-owner-io",
-                                            initializer=set_slice)
+                                            initializer=enter)
         until = time.monotonic() + _START_SECONDS
         try:
             procs: list[Any] = [*self.deciders.values(), *self.workers.values()]
@@ -204,6 +213,9 @@ class Runner:
             w.close()
         for d in getattr(self, "deciders", {}).values():
             d.close()
+        guard = getattr(self, "guard", None)
+        if guard is not None:
+            guard.close()
         owner_io = getattr(self, "_owner_io", None)
         if owner_io is not None:
             owner_io.shutdown(wait=True)
@@ -272,6 +284,11 @@ class Runner:
                          "deadline": deadline, "released": released, "default": out.default,
                          "refused": out.error is not None}
         return out
+
+    @property
+    def traced(self) -> bool:
+        """Whether the service traces its queries (``DPRIVACY_SERVICE_TRACE``)."""
+        return self._trace is not None
 
     def trace_written(self, rec: dict[str, Any], written: float) -> None:
         """The response of the query traced as ``rec`` was written to its socket at

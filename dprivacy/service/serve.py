@@ -10,7 +10,6 @@ from typing import Any
 
 from dprivacy._serving import BackgroundServer, listening_socket
 from dprivacy.service.config import ServiceConfig, load_config
-from dprivacy.service.slices import set_slice
 
 __all__ = ["register", "ServiceThread", "listening_socket", "warm_up"]
 
@@ -70,9 +69,20 @@ def _serve(args: argparse.Namespace) -> int:
     from dprivacy.service.app import create_app, stamped_protocol
 
     cfg = load_config(args.config)
-    app = create_app(cfg)
+    app = create_app(cfg, realtime=True)
+    # this thread runs the event loop (arrivals, releases): real-time priority where the system
+    # allows it, else the shortest scheduler slice, so that its wake-ups preempt the workers at
+    # once (the analysts' processes are started, from the fork server, in the fair class)
+    guard = app.state.runner.guard
+    realtime = guard.enter()
     print(f"dprivacy serve: {len(cfg.sources)} source(s), {len(cfg.analysts)} analyst(s), "
           f"state in {cfg.state_dir}, on http://{args.host}:{args.port}", flush=True)
+    print("dprivacy serve: " + (
+        f"answers are released at real-time priority (while the service uses less than "
+        f"{guard.cap:.0%} of a CPU)" if realtime else
+        "real-time priority not permitted (root, CAP_SYS_NICE or an RLIMIT_RTPRIO of 3 "
+        "allows it): answers are released by the fair scheduler and can come later under "
+        "load (docs/service.md)"), flush=True)
     config = uvicorn.Config(app, log_level="warning", access_log=False, http=stamped_protocol())
     # the first request costs what the later ones do: uvicorn's protocol and wrappers loaded and
     # the application's middleware built (a health check through it) before the socket listens
@@ -86,10 +96,6 @@ def _serve(args: argparse.Namespace) -> int:
     gc.freeze()
     sock = listening_socket(args.host, args.port)
     server = uvicorn.Server(config)
-    # this thread runs the event loop (arrivals, releases): the shortest scheduler slice, so
-    # that its wake-ups preempt the workers at once (the analysts' processes are started, from
-    # the fork server, with the default one)
-    set_slice()
     try:
         server.run(sockets=[sock])
     finally:

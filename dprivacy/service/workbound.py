@@ -62,6 +62,7 @@ given deadlines with those (a worker's Spark jobs run on the analyst's own Spark
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,7 +71,8 @@ from dprivacy.service.config import ServiceConfig
 from dprivacy.service.plan import MAX_TABLES
 from dprivacy.service.shares import cpu_fraction
 
-__all__ = ["WorkBound", "plan_bound", "capacity_seconds", "deadline_seconds", "table_rows",
+__all__ = ["WorkBound", "plan_bound", "capacity_seconds", "deadline_seconds", "cpu_fractions",
+           "table_rows",
            "store_allowance", "PARSE_SECONDS_PER_BYTE", "RELOAD_COMMITS"]
 
 #: A reload of a ProPer budget store (after another worker compacted it) counted in commits
@@ -226,14 +228,22 @@ def store_allowance(cfg: ServiceConfig, sources: set[str]) -> float:
 
 
 def deadline_seconds(cfg: ServiceConfig, analyst: str, bound: WorkBound, sources: set[str],
-                     *, release: bool = False, body_bytes: int = 0) -> float:
+                     *, release: bool = False, body_bytes: int = 0,
+                     fractions: Mapping[str, float] | None = None) -> float:
     """Seconds from a query's arrival to its answer: ``max(query_seconds, (C + 2 · P) / f_a
     + S / f_min)`` with ``P = body_bytes · PARSE_SECONDS_PER_BYTE`` and ``S`` the budget
     store's allowance (see the module doc; ``query_seconds`` is the largest of the plan's
-    sources')."""
+    sources'). ``fractions``: every analyst's ``f`` (:func:`cpu_fractions`), if the caller
+    keeps them (the service computes them once, not on its event loop at each query)."""
+    f = fractions if fractions is not None else cpu_fractions(cfg)
     floor = cfg.deadline_seconds(sources, release=release)
     parse = 2 * body_bytes * PARSE_SECONDS_PER_BYTE
     store = store_allowance(cfg, sources)
     if store:
-        store /= min(cpu_fraction(cfg, a.name) for a in cfg.analysts)
-    return max(floor, (bound.seconds(cfg) + parse) / cpu_fraction(cfg, analyst) + store)
+        store /= min(f.values())
+    return max(floor, (bound.seconds(cfg) + parse) / f[analyst] + store)
+
+
+def cpu_fractions(cfg: ServiceConfig) -> dict[str, float]:
+    """Every analyst's guaranteed CPU fraction ``f`` (:func:`~dprivacy.service.shares.cpu_fraction`)."""
+    return {a.name: cpu_fraction(cfg, a.name) for a in cfg.analysts}
